@@ -1,0 +1,119 @@
+#include "cachestore/root_dir.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <vector>
+
+namespace epochfs::cachestore {
+namespace {
+
+// glibc 2.36 has no openat2() wrapper.
+int sys_openat2(int dirfd, const char* path, int flags) {
+  struct open_how how = {};
+  how.flags = static_cast<uint64_t>(flags) | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int fd;
+  do {
+    fd = static_cast<int>(syscall(SYS_openat2, dirfd, path, &how, sizeof(how)));
+    // EAGAIN: a concurrent rename inside the tree raced the RESOLVE_BENEATH check; retry.
+  } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+  return fd;
+}
+
+const char* relative_or_dot(const std::string& rel) { return rel.empty() ? "." : rel.c_str(); }
+
+// /proc/self/fd/N names the object an O_PATH fd refers to, for calls that take only a path.
+std::string proc_fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+}  // namespace
+
+Result<struct stat> fstat_fd(int fd, const std::string& context) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return Status::error(errno, "fstat " + context);
+  }
+  return st;
+}
+
+Result<RootDir> RootDir::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::error(errno, path);
+  }
+  return RootDir(path, UniqueFd(fd));
+}
+
+Result<UniqueFd> RootDir::open_at(const std::string& rel, int flags) const {
+  const int fd = sys_openat2(fd_.get(), relative_or_dot(rel), flags);
+  if (fd < 0) {
+    return Status::error(errno, "open " + rel);
+  }
+  return UniqueFd(fd);
+}
+
+Result<UniqueFd> RootDir::open_path_only(const std::string& rel) const {
+  return open_at(rel, O_PATH);
+}
+
+Result<struct stat> RootDir::stat_at(const std::string& rel) const {
+  auto fd = open_path_only(rel);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  return fstat_fd(fd.value().get(), rel);
+}
+
+Result<std::string> RootDir::readlink_at(const std::string& rel) const {
+  auto fd = open_path_only(rel);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  std::vector<char> buf(PATH_MAX);
+  const ssize_t n = ::readlinkat(fd.value().get(), "", buf.data(), buf.size());
+  if (n < 0) {
+    return Status::error(errno, "readlink " + rel);
+  }
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+Result<struct statvfs> RootDir::statfs() const {
+  struct statvfs st;
+  if (::fstatvfs(fd_.get(), &st) != 0) {
+    return Status::error(errno, "statvfs " + path_);
+  }
+  return st;
+}
+
+Result<size_t> RootDir::getxattr_at(const std::string& rel, const char* name, char* buf,
+                                    size_t size) const {
+  auto fd = open_path_only(rel);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  const ssize_t n = ::getxattr(proc_fd_path(fd.value().get()).c_str(), name, buf, size);
+  if (n < 0) {
+    return Status::error(errno, "getxattr " + rel);
+  }
+  return static_cast<size_t>(n);
+}
+
+Result<size_t> RootDir::listxattr_at(const std::string& rel, char* buf, size_t size) const {
+  auto fd = open_path_only(rel);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  const ssize_t n = ::listxattr(proc_fd_path(fd.value().get()).c_str(), buf, size);
+  if (n < 0) {
+    return Status::error(errno, "listxattr " + rel);
+  }
+  return static_cast<size_t>(n);
+}
+
+}  // namespace epochfs::cachestore

@@ -1,0 +1,128 @@
+#include "fusefs/filesystem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "cachestore/path.h"
+
+namespace epochfs::fusefs {
+
+using cachestore::Result;
+using cachestore::Status;
+
+Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
+                       FilesystemOptions options)
+    : source_(std::move(source)), engine_(source_), options_(options), inodes_(root_st) {}
+
+Result<std::string> Filesystem::path_of(InodeId id) const {
+  auto path = inodes_.path_of(id);
+  if (!path) {
+    // The kernel named a node it had forgotten: a protocol bug, but never worth a crash.
+    return Status::error(ESTALE, "inode " + std::to_string(id));
+  }
+  return std::move(*path);
+}
+
+Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
+  if (!cachestore::is_valid_name(name)) {
+    return Status::error(name.size() > NAME_MAX ? ENAMETOOLONG : ENOENT, std::string(name));
+  }
+  auto dir = path_of(parent);
+  if (!dir.is_ok()) {
+    return dir.status();
+  }
+  std::string path = cachestore::join_path(dir.value(), name);
+  auto st = source_.stat_at(path);
+  if (!st.is_ok()) {
+    return st.status();
+  }
+  const InodeId id = inodes_.add_reference(st.value(), path);
+  return Entry{id, st.value()};
+}
+
+void Filesystem::forget(InodeId id, uint64_t n) { inodes_.forget(id, n); }
+
+Result<struct stat> Filesystem::getattr(InodeId id) const {
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
+  }
+  return source_.stat_at(path.value());
+}
+
+Result<std::string> Filesystem::readlink(InodeId id) const {
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
+  }
+  return source_.readlink_at(path.value());
+}
+
+Result<DirHandle*> Filesystem::opendir(InodeId id) const {
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
+  }
+  auto fd = source_.open_at(path.value(), O_RDONLY | O_DIRECTORY);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  return DirHandle::create(std::move(fd).value(), std::move(path).value());
+}
+
+Result<OpenResult> Filesystem::open(InodeId id, int flags) {
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
+    return Status::error(kReadOnlyError, "open for writing");
+  }
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
+  }
+  auto file = engine_.open_file(path.value());
+  if (!file.is_ok()) {
+    return file.status();
+  }
+  const bool unchanged = inodes_.note_version(id, FileVersion::of(file.value().st));
+  auto handle = std::unique_ptr<FileHandle>(new (std::nothrow) FileHandle{std::move(file.value().fd)});
+  if (!handle) {
+    return Status::error(ENOMEM, "open");
+  }
+  return OpenResult{std::move(handle), options_.immutable || unchanged};
+}
+
+Result<struct statvfs> Filesystem::statfs() const { return source_.statfs(); }
+
+Result<size_t> Filesystem::getxattr(InodeId id, const char* name, char* buf, size_t size) const {
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
+  }
+  return source_.getxattr_at(path.value(), name, buf, size);
+}
+
+Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) const {
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
+  }
+  return source_.listxattr_at(path.value(), buf, size);
+}
+
+Status Filesystem::access(InodeId id, int mask) const {
+  if ((mask & W_OK) != 0) {
+    return Status::error(kReadOnlyError, "access for writing");
+  }
+  auto st = getattr(id);
+  if (!st.is_ok()) {
+    return st.status();
+  }
+  // Root passes DAC checks, except that it may execute only what someone may execute.
+  const mode_t mode = st.value().st_mode;
+  if ((mask & X_OK) != 0 && !S_ISDIR(mode) && (mode & 0111) == 0) {
+    return Status::error(EACCES, "access");
+  }
+  return Status::ok();
+}
+
+}  // namespace epochfs::fusefs

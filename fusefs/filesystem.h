@@ -1,0 +1,90 @@
+// Filesystem: the read-only overlay of a source directory, as plain functions.
+//
+// This is the core the FUSE adapter (fuse_ops.cc) calls: it knows inode ids, paths and errno,
+// but not the FUSE protocol, so it can be tested without a mount. Data reads go through the
+// prefetch engine (the front door to the cache); metadata comes from the source directly.
+//
+// Every operation that would modify the tree answers EROFS from one place: kReadOnlyError.
+//
+// Thread-safety: all methods may be called concurrently from FUSE worker threads. State that
+// changes lives in the InodeTable, which has its own lock.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cachestore/root_dir.h"
+#include "cachestore/status.h"
+#include "cachestore/unique_fd.h"
+#include "fusefs/dir_handle.h"
+#include "fusefs/inode_table.h"
+#include "prefetch/engine.h"
+
+namespace epochfs::fusefs {
+
+// The errno for every modifying operation.
+inline constexpr int kReadOnlyError = EROFS;
+
+struct FilesystemOptions {
+  double entry_timeout_s = 1.0;
+  double attr_timeout_s = 1.0;
+  double negative_timeout_s = 1.0;
+  // The dataset never changes while mounted: keep every cached page and name.
+  bool immutable = false;
+};
+
+struct Entry {
+  InodeId id;
+  struct stat attr;
+};
+
+// An open file: owned by the adapter through fuse_file_info::fh until release.
+struct FileHandle {
+  cachestore::UniqueFd fd;
+};
+
+struct OpenResult {
+  std::unique_ptr<FileHandle> handle;
+  // Pages the kernel cached at an earlier open are still valid.
+  bool keep_cache;
+};
+
+class Filesystem {
+ public:
+  Filesystem(cachestore::RootDir source, const struct stat& root_st, FilesystemOptions options);
+
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // Looks name up in parent; on success the kernel holds one more reference to the result.
+  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name);
+  void forget(InodeId id, uint64_t n);
+  cachestore::Result<struct stat> getattr(InodeId id) const;
+  cachestore::Result<std::string> readlink(InodeId id) const;
+  cachestore::Result<DirHandle*> opendir(InodeId id) const;
+  cachestore::Result<OpenResult> open(InodeId id, int flags);
+  cachestore::Result<struct statvfs> statfs() const;
+  cachestore::Result<size_t> getxattr(InodeId id, const char* name, char* buf, size_t size) const;
+  cachestore::Result<size_t> listxattr(InodeId id, char* buf, size_t size) const;
+  cachestore::Status access(InodeId id, int mask) const;
+
+  const FilesystemOptions& options() const { return options_; }
+  const InodeTable& inodes() const { return inodes_; }
+
+ private:
+  cachestore::Result<std::string> path_of(InodeId id) const;
+
+  // Dependencies.
+  const cachestore::RootDir source_;
+  prefetch::Engine engine_;
+  // Constant data.
+  const FilesystemOptions options_;
+  // Mutable state (locked inside).
+  InodeTable inodes_;
+};
+
+}  // namespace epochfs::fusefs

@@ -1,0 +1,338 @@
+// The FUSE adapter: decode a request, call the Filesystem, reply. No policy lives here.
+//
+// Each request gets exactly one reply. Nothing here holds a lock while replying: the
+// Filesystem's locks are released before its methods return.
+#include "fusefs/fuse_ops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "cachestore/log.h"
+#include "fusefs/filesystem.h"
+
+namespace epochfs::fusefs {
+namespace {
+
+using cachestore::LogLevel;
+
+struct fuse_conn_info_opts* g_conn_opts = nullptr;
+
+// fh carries a pointer to a handle owned by the adapter from open/opendir to release.
+static_assert(sizeof(FileHandle*) <= sizeof(fuse_file_info::fh));
+static_assert(sizeof(DirHandle*) <= sizeof(fuse_file_info::fh));
+
+Filesystem& fs_of(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+FileHandle* file_of(const fuse_file_info* fi) { return reinterpret_cast<FileHandle*>(fi->fh); }
+
+DirHandle* dir_of(const fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(fi->fh); }
+
+void reply_status(fuse_req_t req, const cachestore::Status& status) {
+  if (!status.is_ok() && cachestore::log_enabled(LogLevel::kDebug)) {
+    cachestore::log(LogLevel::kDebug, "%s", status.to_string().c_str());
+  }
+  fuse_reply_err(req, status.error_code());
+}
+
+fuse_entry_param make_entry(const Filesystem& fs, InodeId id, const struct stat& attr) {
+  fuse_entry_param e;
+  memset(&e, 0, sizeof(e));
+  e.ino = id;
+  e.attr = attr;
+  e.attr_timeout = fs.options().attr_timeout_s;
+  e.entry_timeout = fs.options().entry_timeout_s;
+  return e;
+}
+
+void op_init(void* /*userdata*/, fuse_conn_info* conn) {
+  // Splice moves file pages to the kernel without a copy through our memory.
+  if ((conn->capable & FUSE_CAP_SPLICE_WRITE) != 0) {
+    conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+  }
+  if ((conn->capable & FUSE_CAP_CACHE_SYMLINKS) != 0) {
+    conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+  }
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  if (g_conn_opts != nullptr) {
+    fuse_apply_conn_info_opts(g_conn_opts, conn);
+  }
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Filesystem& fs = fs_of(req);
+  auto entry = fs.lookup(parent, name);
+  if (entry.is_ok()) {
+    fuse_entry_param e = make_entry(fs, entry.value().id, entry.value().attr);
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  if (entry.error_code() == ENOENT && fs.options().negative_timeout_s > 0) {
+    // A negative entry: the kernel remembers the miss for the negative timeout.
+    fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    e.entry_timeout = fs.options().negative_timeout_s;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  reply_status(req, entry.status());
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  fs_of(req).forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  Filesystem& fs = fs_of(req);
+  for (size_t i = 0; i < count; ++i) {
+    fs.forget(forgets[i].ino, forgets[i].nlookup);
+  }
+  fuse_reply_none(req);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  Filesystem& fs = fs_of(req);
+  auto st = fs.getattr(ino);
+  if (!st.is_ok()) {
+    reply_status(req, st.status());
+    return;
+  }
+  fuse_reply_attr(req, &st.value(), fs.options().attr_timeout_s);
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  auto target = fs_of(req).readlink(ino);
+  if (!target.is_ok()) {
+    reply_status(req, target.status());
+    return;
+  }
+  fuse_reply_readlink(req, target.value().c_str());
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto dir = fs_of(req).opendir(ino);
+  if (!dir.is_ok()) {
+    reply_status(req, dir.status());
+    return;
+  }
+  fi->fh = reinterpret_cast<uint64_t>(dir.value());
+  fi->cache_readdir = fs_of(req).options().immutable;
+  if (fuse_reply_open(req, fi) != 0) {
+    delete dir.value();  // the request was interrupted; no releasedir will come
+  }
+}
+
+// Adds one entry to buf; returns the bytes used, 0 to skip the entry (it vanished), or
+// kNoRoom. For readdirplus an added entry costs a lookup reference, which the kernel then owns.
+constexpr ssize_t kNoRoom = -1;
+
+ssize_t add_plain_entry(fuse_req_t req, const DirEntry& d, char* buf, size_t room) {
+  if (fuse_add_direntry(req, nullptr, 0, d.name, nullptr, 0) > room) {
+    return kNoRoom;
+  }
+  struct stat st;
+  memset(&st, 0, sizeof(st));
+  st.st_ino = d.ino;
+  st.st_mode = static_cast<mode_t>(d.type) << 12;
+  return static_cast<ssize_t>(fuse_add_direntry(req, buf, room, d.name, &st, d.next_offset));
+}
+
+ssize_t add_plus_entry(fuse_req_t req, fuse_ino_t dir, const DirEntry& d, char* buf,
+                       size_t room) {
+  if (fuse_add_direntry_plus(req, nullptr, 0, d.name, nullptr, 0) > room) {
+    return kNoRoom;
+  }
+  Filesystem& fs = fs_of(req);
+  fuse_entry_param e;
+  if (strcmp(d.name, ".") == 0 || strcmp(d.name, "..") == 0) {
+    // No lookup for . and ..: node id 0 tells the kernel not to instantiate an entry.
+    memset(&e, 0, sizeof(e));
+    e.attr.st_ino = d.ino;
+    e.attr.st_mode = static_cast<mode_t>(d.type) << 12;
+  } else {
+    auto entry = fs.lookup(dir, d.name);
+    if (!entry.is_ok()) {
+      return 0;
+    }
+    e = make_entry(fs, entry.value().id, entry.value().attr);
+  }
+  return static_cast<ssize_t>(fuse_add_direntry_plus(req, buf, room, d.name, &e, d.next_offset));
+}
+
+void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
+                bool plus) {
+  DirHandle& dir = *dir_of(fi);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  dir.seek(off);
+  while (true) {
+    const off_t here = dir.tell();
+    auto next = dir.next();
+    if (!next.is_ok() && used == 0) {
+      reply_status(req, next.status());
+      return;
+    }
+    if (!next.is_ok() || !next.value()) {
+      break;
+    }
+    char* at = buf.data() + used;
+    const ssize_t n = plus ? add_plus_entry(req, ino, *next.value(), at, size - used)
+                           : add_plain_entry(req, *next.value(), at, size - used);
+    if (n == kNoRoom) {
+      dir.seek(here);  // the next call starts with this entry
+      break;
+    }
+    used += static_cast<size_t>(n);
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  do_readdir(req, ino, size, off, fi, false);
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  do_readdir(req, ino, size, off, fi, true);
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  delete dir_of(fi);
+  fuse_reply_err(req, 0);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto opened = fs_of(req).open(ino, fi->flags);
+  if (!opened.is_ok()) {
+    reply_status(req, opened.status());
+    return;
+  }
+  FileHandle* handle = opened.value().handle.release();
+  fi->fh = reinterpret_cast<uint64_t>(handle);
+  fi->keep_cache = opened.value().keep_cache;
+  // Read-only: the kernel need not send FLUSH on every close.
+  fi->noflush = 1;
+  if (fuse_reply_open(req, fi) != 0) {
+    delete handle;  // the request was interrupted; no release will come
+  }
+}
+
+void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+  // Reply straight from the fd: libfuse splices it when the kernel allows, else preads.
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = file_of(fi)->fd.get();
+  buf.buf[0].pos = off;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  delete file_of(fi);
+  fuse_reply_err(req, 0);
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t /*ino*/) {
+  auto st = fs_of(req).statfs();
+  if (!st.is_ok()) {
+    reply_status(req, st.status());
+    return;
+  }
+  fuse_reply_statfs(req, &st.value());
+}
+
+// size 0 asks for the length; otherwise reply with up to size bytes.
+template <typename Fetch>
+void reply_xattr(fuse_req_t req, size_t size, Fetch fetch) {
+  std::vector<char> buf(size);
+  auto n = fetch(size == 0 ? nullptr : buf.data(), size);
+  if (!n.is_ok()) {
+    reply_status(req, n.status());
+  } else if (size == 0) {
+    fuse_reply_xattr(req, n.value());
+  } else {
+    fuse_reply_buf(req, buf.data(), n.value());
+  }
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  reply_xattr(req, size, [&](char* buf, size_t n) { return fs_of(req).getxattr(ino, name, buf, n); });
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  reply_xattr(req, size, [&](char* buf, size_t n) { return fs_of(req).listxattr(ino, buf, n); });
+}
+
+void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  reply_status(req, fs_of(req).access(ino, mask));
+}
+
+// Every modifying operation ends here.
+void reply_read_only(fuse_req_t req) { fuse_reply_err(req, kReadOnlyError); }
+
+fuse_lowlevel_ops make_operations() {
+  fuse_lowlevel_ops ops;
+  memset(&ops, 0, sizeof(ops));
+  ops.init = op_init;
+  ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
+  ops.getattr = op_getattr;
+  ops.readlink = op_readlink;
+  ops.opendir = op_opendir;
+  ops.readdir = op_readdir;
+  ops.readdirplus = op_readdirplus;
+  ops.releasedir = op_releasedir;
+  ops.open = op_open;
+  ops.read = op_read;
+  ops.release = op_release;
+  ops.statfs = op_statfs;
+  ops.getxattr = op_getxattr;
+  ops.listxattr = op_listxattr;
+  ops.access = op_access;
+  // Modifying operations: each answers EROFS through reply_read_only.
+  ops.setattr = [](fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) {
+    reply_read_only(req);
+  };
+  ops.mknod = [](fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { reply_read_only(req); };
+  ops.mkdir = [](fuse_req_t req, fuse_ino_t, const char*, mode_t) { reply_read_only(req); };
+  ops.unlink = [](fuse_req_t req, fuse_ino_t, const char*) { reply_read_only(req); };
+  ops.rmdir = [](fuse_req_t req, fuse_ino_t, const char*) { reply_read_only(req); };
+  ops.symlink = [](fuse_req_t req, const char*, fuse_ino_t, const char*) { reply_read_only(req); };
+  ops.rename = [](fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
+    reply_read_only(req);
+  };
+  ops.link = [](fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { reply_read_only(req); };
+  ops.write = [](fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) {
+    reply_read_only(req);
+  };
+  ops.write_buf = [](fuse_req_t req, fuse_ino_t, fuse_bufvec*, off_t, fuse_file_info*) {
+    reply_read_only(req);
+  };
+  ops.create = [](fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
+    reply_read_only(req);
+  };
+  ops.setxattr = [](fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+    reply_read_only(req);
+  };
+  ops.removexattr = [](fuse_req_t req, fuse_ino_t, const char*) { reply_read_only(req); };
+  ops.fallocate = [](fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) {
+    reply_read_only(req);
+  };
+  ops.copy_file_range = [](fuse_req_t req, fuse_ino_t, off_t, fuse_file_info*, fuse_ino_t, off_t,
+                           fuse_file_info*, size_t, int) { reply_read_only(req); };
+  return ops;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& fuse_operations() {
+  static const fuse_lowlevel_ops ops = make_operations();
+  return ops;
+}
+
+void set_conn_info_opts(fuse_conn_info_opts* opts) { g_conn_opts = opts; }
+
+}  // namespace epochfs::fusefs

@@ -1,0 +1,88 @@
+#include "fusefs/inode_table.h"
+
+namespace epochfs::fusefs {
+
+using cachestore::MutexLock;
+
+namespace {
+
+int64_t to_ns(const struct timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+FileVersion FileVersion::of(const struct stat& st) {
+  return FileVersion{st.st_size, to_ns(st.st_mtim), to_ns(st.st_ctim)};
+}
+
+InodeTable::InodeTable(const struct stat& root_st) : root_key_{root_st.st_dev, root_st.st_ino} {
+  MutexLock lock(mu_);
+  // The kernel never forgets the root; one reference keeps it for the life of the mount.
+  by_id_.emplace(kRootInodeId, Inode{root_key_, "", 1, {}});
+  by_key_.emplace(root_key_, kRootInodeId);
+}
+
+InodeId InodeTable::add_reference(const struct stat& st, const std::string& path) {
+  const Key key{st.st_dev, st.st_ino};
+  MutexLock lock(mu_);
+  auto [it, inserted] = by_key_.try_emplace(key, next_id_);
+  if (inserted) {
+    by_id_.emplace(next_id_, Inode{key, path, 1, {}});
+    return next_id_++;
+  }
+  Inode& inode = by_id_.at(it->second);
+  ++inode.nlookup;
+  if (inode.path != path && it->second != kRootInodeId) {
+    inode.path = path;
+  }
+  return it->second;
+}
+
+bool InodeTable::forget(InodeId id, uint64_t n) {
+  MutexLock lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) {
+    return false;
+  }
+  Inode& inode = it->second;
+  inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - n;
+  if (inode.nlookup == 0 && id != kRootInodeId) {
+    by_key_.erase(inode.key);
+    by_id_.erase(it);
+  }
+  return true;
+}
+
+std::optional<std::string> InodeTable::path_of(InodeId id) const {
+  MutexLock lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) {
+    return std::nullopt;
+  }
+  return it->second.path;
+}
+
+bool InodeTable::note_version(InodeId id, const FileVersion& version) {
+  MutexLock lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) {
+    return false;
+  }
+  const bool unchanged = it->second.version == version;
+  it->second.version = version;
+  return unchanged;
+}
+
+size_t InodeTable::size() const {
+  MutexLock lock(mu_);
+  return by_id_.size();
+}
+
+uint64_t InodeTable::lookup_count(InodeId id) const {
+  MutexLock lock(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? 0 : it->second.nlookup;
+}
+
+}  // namespace epochfs::fusefs

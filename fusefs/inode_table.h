@@ -1,0 +1,94 @@
+// InodeTable: the FUSE node ids the kernel holds, each mapped to a path in the source.
+//
+// Owner: Filesystem. The kernel refers to files by node id; it takes a reference with every
+// successful lookup (and readdirplus entry) and drops them with forget. An entry lives exactly
+// as long as the kernel holds a reference, so memory follows what the kernel caches, not how
+// many lookups were made.
+//
+// Identity is the source file's (st_dev, st_ino): two paths to one file (hard links) share an
+// entry, and the st_ino reported to users is the source's, so it is stable for the life of the
+// mount even when the kernel forgets a node and looks it up again under a new node id.
+//
+// We keep a path per entry, not an fd: an fd per inode would hit the 20,000 open-files limit
+// long before a dataset's file count.
+//
+// Thread-safety: all methods lock mu_ for memory work only.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "cachestore/sync.h"
+
+namespace epochfs::fusefs {
+
+using InodeId = uint64_t;
+
+// The kernel's fixed id for the mount's root (FUSE_ROOT_ID).
+inline constexpr InodeId kRootInodeId = 1;
+
+// What a cached page must match to be kept: a rewrite changes at least one of these.
+struct FileVersion {
+  int64_t size = -1;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+
+  static FileVersion of(const struct stat& st);
+  bool operator==(const FileVersion&) const = default;
+};
+
+class InodeTable {
+ public:
+  // root_st: the source root's attributes.
+  explicit InodeTable(const struct stat& root_st);
+
+  // Records one kernel reference to the file at path with attributes st; returns its id.
+  // The path is updated if the file was reached by another name (rename or hard link).
+  InodeId add_reference(const struct stat& st, const std::string& path);
+
+  // Drops n references; erases the entry at zero. Unknown ids are ignored (logged by caller).
+  // Returns false if the id was unknown.
+  bool forget(InodeId id, uint64_t n);
+
+  // The source path of id, or nullopt if the kernel holds no such id.
+  std::optional<std::string> path_of(InodeId id) const;
+
+  // Records the version seen at open; returns true if it equals the one seen at the previous
+  // open, i.e. pages the kernel cached then are still valid.
+  bool note_version(InodeId id, const FileVersion& version);
+
+  size_t size() const;
+
+  // The kernel's reference count for id (0 if unknown). For tests.
+  uint64_t lookup_count(InodeId id) const;
+
+ private:
+  struct Key {
+    dev_t dev;
+    ino_t ino;
+    bool operator==(const Key&) const = default;
+  };
+
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.dev); }
+  };
+
+  struct Inode {
+    Key key;
+    std::string path;
+    uint64_t nlookup = 0;
+    FileVersion version;
+  };
+
+  mutable cachestore::Mutex mu_;
+  std::unordered_map<InodeId, Inode> by_id_ GUARDED_BY(mu_);
+  std::unordered_map<Key, InodeId, KeyHash> by_key_ GUARDED_BY(mu_);
+  InodeId next_id_ GUARDED_BY(mu_) = kRootInodeId + 1;
+  const Key root_key_;
+};
+
+}  // namespace epochfs::fusefs

@@ -1,0 +1,30 @@
+// MountOptions: everything `epochfs mount` takes, as plain data (no libfuse types).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fusefs/filesystem.h"
+
+namespace epochfs::fusefs {
+
+struct MountOptions {
+  std::string source;
+  std::string mountpoint;
+  bool foreground = false;
+  bool debug = false;
+  // FUSE worker threads. libfuse's default of 10 lets ten slow source reads block every other
+  // request; the threads are created on demand, so a high cap costs nothing when idle.
+  unsigned threads = 64;
+  bool allow_other = false;
+  FilesystemOptions fs;
+  // Extra -o options passed to libfuse as given.
+  std::vector<std::string> fuse_options;
+};
+
+// Mounts, serves until unmounted or signalled (SIGINT, SIGTERM, SIGHUP), then unmounts.
+// Unless options.foreground, the process daemonizes once the mount is in place and the parent
+// returns 0. Returns the process exit code; prints a one-line reason on failure.
+int run_mount(const MountOptions& options);
+
+}  // namespace epochfs::fusefs

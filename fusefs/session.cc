@@ -1,0 +1,152 @@
+// Mount lifecycle: create the libfuse session, mount, daemonize, serve, unmount.
+//
+// Order matters: the mount is made before fuse_daemonize() forks, so the parent returns only
+// once the kernel mount exists (the kernel queues requests until the loop answers INIT), and
+// no thread is started before the fork.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cachestore/log.h"
+#include "cachestore/root_dir.h"
+#include "fusefs/fuse_ops.h"
+#include "fusefs/mount_options.h"
+
+namespace epochfs::fusefs {
+namespace {
+
+using cachestore::LogLevel;
+
+// libfuse's option parser splits on ',' unless escaped with '\'.
+std::string escape_option_value(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == ',' || c == '\\') {
+      out.push_back('\\');
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Owns the argv strings handed to libfuse.
+class FuseArgs {
+ public:
+  void add(std::string arg) { strings_.push_back(std::move(arg)); }
+
+  fuse_args build() {
+    argv_.clear();
+    for (auto& s : strings_) {
+      argv_.push_back(s.data());
+    }
+    argv_.push_back(nullptr);
+    return FUSE_ARGS_INIT(static_cast<int>(strings_.size()), argv_.data());
+  }
+
+ private:
+  std::vector<std::string> strings_;
+  std::vector<char*> argv_;
+};
+
+void fill_args(const MountOptions& o, FuseArgs& args) {
+  args.add("epochfs");
+  if (o.debug) {
+    args.add("-d");
+  }
+  std::string opts = "ro,fsname=" + escape_option_value(o.source) + ",subtype=epochfs";
+  if (o.allow_other) {
+    // Other users are checked by the kernel against the source's modes.
+    opts += ",allow_other,default_permissions";
+  }
+  args.add("-o");
+  args.add(opts);
+  for (const auto& extra : o.fuse_options) {
+    args.add("-o");
+    args.add(extra);
+  }
+}
+
+struct SessionDeleter {
+  void operator()(fuse_session* se) const { fuse_session_destroy(se); }
+};
+
+struct LoopConfigDeleter {
+  void operator()(fuse_loop_config* cfg) const { fuse_loop_cfg_destroy(cfg); }
+};
+
+int serve(fuse_session* se, const MountOptions& o) {
+  std::unique_ptr<fuse_loop_config, LoopConfigDeleter> cfg(fuse_loop_cfg_create());
+  fuse_loop_cfg_set_max_threads(cfg.get(), o.threads);
+  fuse_loop_cfg_set_clone_fd(cfg.get(), 0);
+  const int rc = fuse_session_loop_mt(se, cfg.get());
+  // rc > 0 is the signal that ended the loop: a requested, clean exit.
+  if (rc < 0) {
+    cachestore::log(LogLevel::kError, "session loop failed: %s", strerror(-rc));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_mount(const MountOptions& o) {
+  auto source = cachestore::RootDir::open(o.source);
+  if (!source.is_ok()) {
+    fprintf(stderr, "epochfs: cannot open source %s\n", source.status().to_string().c_str());
+    return 1;
+  }
+  auto root_st = source.value().stat_at("");
+  if (!root_st.is_ok()) {
+    fprintf(stderr, "epochfs: cannot stat source %s\n", root_st.status().to_string().c_str());
+    return 1;
+  }
+  Filesystem fs(std::move(source).value(), root_st.value(), o.fs);
+
+  FuseArgs arg_strings;
+  fill_args(o, arg_strings);
+  fuse_args args = arg_strings.build();
+  // Takes the standard connection options (splice_write, ...) out of args for op_init.
+  fuse_conn_info_opts* conn_opts = fuse_parse_conn_info_opts(&args);
+  if (conn_opts == nullptr) {
+    fprintf(stderr, "epochfs: bad -o option\n");
+    return 1;
+  }
+  set_conn_info_opts(conn_opts);
+  std::unique_ptr<fuse_session, SessionDeleter> se(
+      fuse_session_new(&args, &fuse_operations(), sizeof(fuse_lowlevel_ops), &fs));
+  fuse_opt_free_args(&args);
+  if (!se) {
+    fprintf(stderr, "epochfs: cannot create the FUSE session (see the message above)\n");
+    return 1;
+  }
+  if (fuse_set_signal_handlers(se.get()) != 0) {
+    fprintf(stderr, "epochfs: cannot install signal handlers\n");
+    return 1;
+  }
+  if (fuse_session_mount(se.get(), o.mountpoint.c_str()) != 0) {
+    fprintf(stderr, "epochfs: cannot mount on %s (see the message above)\n", o.mountpoint.c_str());
+    fuse_remove_signal_handlers(se.get());
+    return 1;
+  }
+  if (!o.foreground) {
+    cachestore::set_log_sink(cachestore::LogSink::kSyslog, "epochfs");
+  }
+  // In the background the parent exits 0 here, the mount in place; the child goes on.
+  if (fuse_daemonize(o.foreground ? 1 : 0) != 0) {
+    fuse_session_unmount(se.get());
+    fuse_remove_signal_handlers(se.get());
+    return 1;
+  }
+  const int rc = serve(se.get(), o);
+  fuse_session_unmount(se.get());
+  fuse_remove_signal_handlers(se.get());
+  free(conn_opts);
+  return rc;
+}
+
+}  // namespace epochfs::fusefs

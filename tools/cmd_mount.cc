@@ -1,0 +1,84 @@
+// `epochfs mount`: check what a user can get wrong, with a one-line reason each, then mount.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cachestore/unique_fd.h"
+#include "tools/commands.h"
+#include "tools/mount_table.h"
+
+namespace epochfs::tools {
+namespace {
+
+__attribute__((format(printf, 1, 2))) bool fail(const char* fmt, ...) {
+  char line[1024];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(line, sizeof(line), fmt, args);
+  va_end(args);
+  fprintf(stderr, "epochfs: %s\n", line);
+  return false;
+}
+
+bool check_fuse_device() {
+  cachestore::UniqueFd fd(::open("/dev/fuse", O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) {
+    return fail("cannot open /dev/fuse: %s", strerror(errno));
+  }
+  return true;
+}
+
+bool check_source(const std::string& source) {
+  struct stat st;
+  if (::stat(source.c_str(), &st) != 0) {
+    return fail("source %s: %s", source.c_str(), strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return fail("source %s is not a directory", source.c_str());
+  }
+  cachestore::UniqueFd fd(::open(source.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return fail("source %s is not readable: %s", source.c_str(), strerror(errno));
+  }
+  return true;
+}
+
+bool check_mountpoint(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    if (errno == ENOTCONN) {
+      return fail("%s is a stale mount whose daemon died; run: epochfs unmount --lazy %s",
+                  mountpoint.c_str(), mountpoint.c_str());
+    }
+    return fail("mountpoint %s: %s", mountpoint.c_str(), strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return fail("mountpoint %s is not a directory", mountpoint.c_str());
+  }
+  if (auto type = mount_type_at(mountpoint)) {
+    return fail("%s is already a mount point (%s)", mountpoint.c_str(), type->c_str());
+  }
+  return true;
+}
+
+}  // namespace
+
+int cmd_mount(fusefs::MountOptions options) {
+  // The daemon changes its directory to /, so relative paths must be resolved now.
+  options.source = absolute_path(options.source);
+  options.mountpoint = absolute_path(options.mountpoint);
+  if (!check_source(options.source) || !check_mountpoint(options.mountpoint) ||
+      !check_fuse_device()) {
+    return 1;
+  }
+  if (options.debug) {
+    options.foreground = true;
+  }
+  return fusefs::run_mount(options);
+}
+
+}  // namespace epochfs::tools

@@ -1,0 +1,27 @@
+// The `epochfs` subcommands. Each returns the process exit code and prints its own errors
+// as one line on stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fusefs/mount_options.h"
+
+namespace epochfs::tools {
+
+int cmd_mount(fusefs::MountOptions options);
+
+int cmd_unmount(const std::string& mountpoint, bool lazy);
+
+struct DemoOptions {
+  std::string dir;  // work dir; a fresh temporary one if empty
+  size_t files = 10000;
+  std::vector<unsigned> threads = {1, 8};
+  unsigned rounds = 3;
+  bool immutable = true;
+  bool keep = false;
+};
+
+int cmd_demo(const DemoOptions& options);
+
+}  // namespace epochfs::tools

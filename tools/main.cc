@@ -1,0 +1,99 @@
+// epochfs: the command line. Exceptions (CLI11's) are caught here and nowhere below.
+#include <stdio.h>
+
+#include <CLI/CLI.hpp>
+#include <exception>
+
+#include "cachestore/log.h"
+#include "tools/commands.h"
+
+namespace {
+
+using epochfs::fusefs::MountOptions;
+
+// Timeouts for datasets that never change while mounted: one day.
+constexpr double kImmutableTimeoutS = 86400;
+
+void add_mount_command(CLI::App& app, MountOptions& o, std::string& log_level) {
+  auto* cmd = app.add_subcommand("mount", "Mount SOURCE read-only at MOUNTPOINT");
+  cmd->add_option("source", o.source, "Directory to overlay (shared storage)")->required();
+  cmd->add_option("mountpoint", o.mountpoint, "Where to mount it")->required();
+  cmd->add_flag("-f,--foreground", o.foreground, "Stay in the foreground");
+  cmd->add_flag("-d,--debug", o.debug, "Log every FUSE request (implies --foreground)");
+  cmd->add_option("--threads", o.threads, "Maximum FUSE worker threads")
+      ->default_val(o.threads)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--allow-other", o.allow_other,
+                "Let other users in (with default_permissions: the kernel checks modes)");
+  cmd->add_option("--attr-timeout", o.fs.attr_timeout_s,
+                  "Seconds the kernel caches names and attributes")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--negative-timeout", o.fs.negative_timeout_s,
+                  "Seconds the kernel remembers that a name does not exist")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--immutable", o.fs.immutable,
+                "The source never changes while mounted: cache names, attributes and pages "
+                "for a day");
+  cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
+      ->allow_extra_args(false);
+  cmd->add_option("--log-level", log_level, "error, warning, info or debug")
+      ->check(CLI::IsMember({"error", "warning", "info", "debug"}));
+}
+
+epochfs::cachestore::LogLevel parse_level(const std::string& s) {
+  using epochfs::cachestore::LogLevel;
+  if (s == "error") return LogLevel::kError;
+  if (s == "warning") return LogLevel::kWarning;
+  if (s == "debug") return LogLevel::kDebug;
+  return LogLevel::kInfo;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"epochfs: a read-only FUSE overlay that stages training data on local disk"};
+  app.require_subcommand(1);
+  MountOptions mount;
+  std::string log_level = "info";
+  add_mount_command(app, mount, log_level);
+
+  std::string unmount_path;
+  bool lazy = false;
+  auto* unmount = app.add_subcommand("unmount", "Unmount an epochfs mount");
+  unmount->add_option("mountpoint", unmount_path)->required();
+  unmount->add_flag("-l,--lazy", lazy, "Detach now; finish when the last file is closed");
+
+  epochfs::tools::DemoOptions demo;
+  auto* demo_cmd = app.add_subcommand("demo", "Read a sample dataset through a mount and directly");
+  demo_cmd->add_option("--dir", demo.dir, "Work directory (default: a new temporary one)");
+  demo_cmd->add_option("--files", demo.files, "Number of files")->default_val(demo.files);
+  demo_cmd->add_option("--threads", demo.threads, "Reader thread counts")->delimiter(',');
+  demo_cmd->add_option("--rounds", demo.rounds, "Rounds per figure (median)")->default_val(3);
+  demo_cmd->add_flag("--immutable,!--no-immutable", demo.immutable, "Mount with --immutable");
+  demo_cmd->add_flag("--keep", demo.keep, "Keep the work directory");
+
+  CLI11_PARSE(app, argc, argv);
+  epochfs::cachestore::set_log_level(parse_level(log_level));
+  if (app.got_subcommand("mount")) {
+    if (mount.fs.immutable) {
+      mount.fs.entry_timeout_s = mount.fs.attr_timeout_s = kImmutableTimeoutS;
+      mount.fs.negative_timeout_s = kImmutableTimeoutS;
+    } else {
+      mount.fs.entry_timeout_s = mount.fs.attr_timeout_s;
+    }
+    return epochfs::tools::cmd_mount(mount);
+  }
+  if (app.got_subcommand("unmount")) {
+    return epochfs::tools::cmd_unmount(unmount_path, lazy);
+  }
+  return epochfs::tools::cmd_demo(demo);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "epochfs: %s\n", e.what());
+    return 1;
+  }
+}

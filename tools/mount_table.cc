@@ -1,0 +1,74 @@
+#include "tools/mount_table.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace epochfs::tools {
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_octal(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8)));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> mount_type_at(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  std::optional<std::string> found;
+  while (std::getline(in, line)) {
+    // id parent major:minor root mountpoint options [optional...] - fstype source superopts
+    std::istringstream fields(line);
+    std::string id, parent, devno, root, mountpoint;
+    fields >> id >> parent >> devno >> root >> mountpoint;
+    if (unescape_octal(mountpoint) != path) {
+      continue;
+    }
+    std::string word;
+    while (fields >> word && word != "-") {
+    }
+    std::string type;
+    fields >> type;
+    found = type;  // the last one listed is the one on top
+  }
+  return found;
+}
+
+std::string absolute_path(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') {
+    p.pop_back();
+  }
+  const size_t slash = p.rfind('/');
+  std::string parent = slash == std::string::npos ? "." : (slash == 0 ? "/" : p.substr(0, slash));
+  std::string name = slash == std::string::npos ? p : p.substr(slash + 1);
+  char buf[PATH_MAX];
+  if (realpath(parent.c_str(), buf) == nullptr) {
+    return p;
+  }
+  std::string out = buf;
+  if (name.empty() || name == ".") {
+    return out;
+  }
+  if (name == "..") {
+    return realpath(p.c_str(), buf) != nullptr ? std::string(buf) : p;
+  }
+  return out == "/" ? "/" + name : out + "/" + name;
+}
+
+}  // namespace epochfs::tools

@@ -1,0 +1,106 @@
+#include "tools/process.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "tools/mount_table.h"
+
+namespace epochfs::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(10);
+
+int decode_wait_status(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+pid_t spawn(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) {
+    args.push_back(const_cast<char*>(a.c_str()));
+  }
+  args.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) {
+      _exit(127);  // the parent died before prctl took effect
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      return decode_wait_status(status);
+    }
+    if (r < 0 && errno != EINTR) {
+      return std::nullopt;
+    }
+    if (Clock::now() >= deadline) {
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+bool wait_for_mount(const std::string& path, const std::string& fstype, pid_t pid,
+                    std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (mount_type_at(path) == fstype) {
+      return true;
+    }
+    if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == pid) {
+      return false;
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+  return false;
+}
+
+std::optional<int> stop_mount(const std::string& path, pid_t pid,
+                              std::chrono::milliseconds timeout) {
+  if (mount_type_at(path)) {
+    if (umount2(path.c_str(), 0) != 0) {
+      umount2(path.c_str(), MNT_DETACH);
+    }
+  }
+  if (pid <= 0) {
+    return std::nullopt;
+  }
+  auto code = wait_exit(pid, timeout);
+  if (!code) {
+    kill(pid, SIGKILL);
+    wait_exit(pid, timeout);
+    if (mount_type_at(path)) {
+      umount2(path.c_str(), MNT_DETACH);
+    }
+  }
+  return code;
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace epochfs::tools

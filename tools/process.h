@@ -1,0 +1,34 @@
+// Child processes and mounts for the demo, benchmarks and tests: start a daemon, wait until
+// its mount is up, and always tear it down (unmount, lazily as a fallback, kill if hung).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace epochfs::tools {
+
+// Starts argv[0] with argv. The child gets SIGTERM if this process dies, so a crashed test
+// never leaves a daemon behind (its SIGTERM handler unmounts). Returns -1 on failure.
+pid_t spawn(const std::vector<std::string>& argv);
+
+// Exit code of pid (128+signal if killed), or nullopt if it did not exit within timeout.
+std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout);
+
+// True once a filesystem of type fstype is mounted at path (absolute); false if pid exited
+// first or timeout passed.
+bool wait_for_mount(const std::string& path, const std::string& fstype, pid_t pid,
+                    std::chrono::milliseconds timeout);
+
+// Unmounts path and reaps pid: umount, then lazy umount, then SIGKILL after timeout.
+// Returns pid's exit code (nullopt if it had to be killed).
+std::optional<int> stop_mount(const std::string& path, pid_t pid,
+                              std::chrono::milliseconds timeout);
+
+// Path of the running executable.
+std::string self_exe();
+
+}  // namespace epochfs::tools
