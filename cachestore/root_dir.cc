@@ -78,7 +78,8 @@ Result<std::string> RootDir::readlink_at(const std::string& rel) const {
   std::vector<char> buf(PATH_MAX);
   const ssize_t n = ::readlinkat(fd.value().get(), "", buf.data(), buf.size());
   if (n < 0) {
-    return Status::error(errno, "readlink " + rel);
+    // readlinkat(fd, "") says ENOENT for a non-symlink; readlink(2) on a path says EINVAL.
+    return Status::error(errno == ENOENT ? EINVAL : errno, "readlink " + rel);
   }
   return std::string(buf.data(), static_cast<size_t>(n));
 }

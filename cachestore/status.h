@@ -51,7 +51,9 @@ class [[nodiscard]] Result {
 
   // REQUIRES: is_ok().
   T& value() & { return std::get<0>(v_); }
+
   const T& value() const& { return std::get<0>(v_); }
+
   T&& value() && { return std::get<0>(std::move(v_)); }
 
   // ok() when there is a value.

@@ -35,6 +35,7 @@ class CAPABILITY("mutex") Mutex {
   Mutex& operator=(const Mutex&) = delete;
 
   void lock() ACQUIRE() { mu_.lock(); }
+
   void unlock() RELEASE() { mu_.unlock(); }
 
  private:
@@ -47,7 +48,9 @@ class CAPABILITY("mutex") Mutex {
 class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+
   ~MutexLock() RELEASE() { mu_.unlock(); }
+
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
@@ -75,6 +78,7 @@ class CondVar {
   }
 
   void notify_one() { cv_.notify_one(); }
+
   void notify_all() { cv_.notify_all(); }
 
  private:

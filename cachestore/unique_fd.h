@@ -12,12 +12,16 @@ namespace epochfs::cachestore {
 class UniqueFd {
  public:
   UniqueFd() = default;
+
   explicit UniqueFd(int fd) : fd_(fd) {}
+
   ~UniqueFd() { reset(); }
 
   UniqueFd(const UniqueFd&) = delete;
   UniqueFd& operator=(const UniqueFd&) = delete;
+
   UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+
   UniqueFd& operator=(UniqueFd&& other) noexcept {
     if (this != &other) {
       reset(other.release());
@@ -26,6 +30,7 @@ class UniqueFd {
   }
 
   int get() const { return fd_; }
+
   bool valid() const { return fd_ >= 0; }
 
   // Gives up ownership without closing.

@@ -9,14 +9,14 @@ namespace epochfs::fusefs {
 using cachestore::Result;
 using cachestore::Status;
 
-Result<DirHandle*> DirHandle::create(cachestore::UniqueFd fd, std::string path) {
+Result<std::unique_ptr<DirHandle>> DirHandle::create(cachestore::UniqueFd fd, std::string path) {
   DIR* dir = ::fdopendir(fd.get());
   if (dir == nullptr) {
     return Status::error(errno, "opendir " + path);
   }
   fd.release();  // the DIR* owns it now
-  auto* handle = new (std::nothrow) DirHandle(dir, std::move(path));
-  if (handle == nullptr) {
+  std::unique_ptr<DirHandle> handle(new (std::nothrow) DirHandle(dir, std::move(path)));
+  if (!handle) {
     ::closedir(dir);
     return Status::error(ENOMEM, "opendir");
   }

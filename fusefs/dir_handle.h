@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <sys/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -16,7 +17,7 @@
 namespace epochfs::fusefs {
 
 struct DirEntry {
-  const char* name;   // valid until the next call on the handle
+  const char* name;  // valid until the next call on the handle
   ino_t ino;
   unsigned char type;  // DT_*
   off_t next_offset;   // resume here to get the entry after this one
@@ -25,7 +26,8 @@ struct DirEntry {
 class DirHandle {
  public:
   // Takes ownership of fd, an open directory. path: the directory's source path.
-  static cachestore::Result<DirHandle*> create(cachestore::UniqueFd fd, std::string path);
+  static cachestore::Result<std::unique_ptr<DirHandle>> create(cachestore::UniqueFd fd,
+                                                               std::string path);
 
   ~DirHandle();
   DirHandle(const DirHandle&) = delete;

@@ -59,7 +59,7 @@ Result<std::string> Filesystem::readlink(InodeId id) const {
   return source_.readlink_at(path.value());
 }
 
-Result<DirHandle*> Filesystem::opendir(InodeId id) const {
+Result<DirHandle*> Filesystem::opendir(InodeId id) {
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
@@ -68,8 +68,16 @@ Result<DirHandle*> Filesystem::opendir(InodeId id) const {
   if (!fd.is_ok()) {
     return fd.status();
   }
-  return DirHandle::create(std::move(fd).value(), std::move(path).value());
+  auto dir = DirHandle::create(std::move(fd).value(), std::move(path).value());
+  if (!dir.is_ok()) {
+    return dir.status();
+  }
+  return dirs_.add(std::move(dir).value());
 }
+
+void Filesystem::releasedir(DirHandle* dir) { dirs_.remove(dir); }
+
+void Filesystem::release(FileHandle* file) { files_.remove(file); }
 
 Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
@@ -84,11 +92,12 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
     return file.status();
   }
   const bool unchanged = inodes_.note_version(id, FileVersion::of(file.value().st));
-  auto handle = std::unique_ptr<FileHandle>(new (std::nothrow) FileHandle{std::move(file.value().fd)});
+  auto handle =
+      std::unique_ptr<FileHandle>(new (std::nothrow) FileHandle{std::move(file.value().fd)});
   if (!handle) {
     return Status::error(ENOMEM, "open");
   }
-  return OpenResult{std::move(handle), options_.immutable || unchanged};
+  return OpenResult{files_.add(std::move(handle)), options_.immutable || unchanged};
 }
 
 Result<struct statvfs> Filesystem::statfs() const { return source_.statfs(); }

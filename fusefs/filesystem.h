@@ -21,6 +21,7 @@
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 #include "fusefs/dir_handle.h"
+#include "fusefs/handle_table.h"
 #include "fusefs/inode_table.h"
 #include "prefetch/engine.h"
 
@@ -48,7 +49,7 @@ struct FileHandle {
 };
 
 struct OpenResult {
-  std::unique_ptr<FileHandle> handle;
+  FileHandle* handle;  // owned by the Filesystem until release()
   // Pages the kernel cached at an earlier open are still valid.
   bool keep_cache;
 };
@@ -65,14 +66,19 @@ class Filesystem {
   void forget(InodeId id, uint64_t n);
   cachestore::Result<struct stat> getattr(InodeId id) const;
   cachestore::Result<std::string> readlink(InodeId id) const;
-  cachestore::Result<DirHandle*> opendir(InodeId id) const;
+  // Handles returned by opendir and open stay owned by the Filesystem until releasedir and
+  // release, or until it is destroyed (the kernel sends no release if the connection ends).
+  cachestore::Result<DirHandle*> opendir(InodeId id);
+  void releasedir(DirHandle* dir);
   cachestore::Result<OpenResult> open(InodeId id, int flags);
+  void release(FileHandle* file);
   cachestore::Result<struct statvfs> statfs() const;
   cachestore::Result<size_t> getxattr(InodeId id, const char* name, char* buf, size_t size) const;
   cachestore::Result<size_t> listxattr(InodeId id, char* buf, size_t size) const;
   cachestore::Status access(InodeId id, int mask) const;
 
   const FilesystemOptions& options() const { return options_; }
+
   const InodeTable& inodes() const { return inodes_; }
 
  private:
@@ -83,8 +89,10 @@ class Filesystem {
   prefetch::Engine engine_;
   // Constant data.
   const FilesystemOptions options_;
-  // Mutable state (locked inside).
+  // Mutable state (each locked inside; leaf locks, never held together).
   InodeTable inodes_;
+  HandleTable<FileHandle> files_;
+  HandleTable<DirHandle> dirs_;
 };
 
 }  // namespace epochfs::fusefs

@@ -21,7 +21,7 @@ using cachestore::LogLevel;
 
 struct fuse_conn_info_opts* g_conn_opts = nullptr;
 
-// fh carries a pointer to a handle owned by the adapter from open/opendir to release.
+// fh carries a pointer to a handle the Filesystem owns from open/opendir to release.
 static_assert(sizeof(FileHandle*) <= sizeof(fuse_file_info::fh));
 static_assert(sizeof(DirHandle*) <= sizeof(fuse_file_info::fh));
 
@@ -122,7 +122,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = reinterpret_cast<uint64_t>(dir.value());
   fi->cache_readdir = fs_of(req).options().immutable;
   if (fuse_reply_open(req, fi) != 0) {
-    delete dir.value();  // the request was interrupted; no releasedir will come
+    fs_of(req).releasedir(dir.value());  // interrupted: no releasedir will come
   }
 }
 
@@ -141,8 +141,7 @@ ssize_t add_plain_entry(fuse_req_t req, const DirEntry& d, char* buf, size_t roo
   return static_cast<ssize_t>(fuse_add_direntry(req, buf, room, d.name, &st, d.next_offset));
 }
 
-ssize_t add_plus_entry(fuse_req_t req, fuse_ino_t dir, const DirEntry& d, char* buf,
-                       size_t room) {
+ssize_t add_plus_entry(fuse_req_t req, fuse_ino_t dir, const DirEntry& d, char* buf, size_t room) {
   if (fuse_add_direntry_plus(req, nullptr, 0, d.name, nullptr, 0) > room) {
     return kNoRoom;
   }
@@ -200,7 +199,7 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  delete dir_of(fi);
+  fs_of(req).releasedir(dir_of(fi));
   fuse_reply_err(req, 0);
 }
 
@@ -210,13 +209,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     reply_status(req, opened.status());
     return;
   }
-  FileHandle* handle = opened.value().handle.release();
+  FileHandle* handle = opened.value().handle;
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->keep_cache = opened.value().keep_cache;
   // Read-only: the kernel need not send FLUSH on every close.
   fi->noflush = 1;
   if (fuse_reply_open(req, fi) != 0) {
-    delete handle;  // the request was interrupted; no release will come
+    fs_of(req).release(handle);  // interrupted: no release will come
   }
 }
 
@@ -230,7 +229,7 @@ void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
 }
 
 void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  delete file_of(fi);
+  fs_of(req).release(file_of(fi));
   fuse_reply_err(req, 0);
 }
 
@@ -258,7 +257,8 @@ void reply_xattr(fuse_req_t req, size_t size, Fetch fetch) {
 }
 
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  reply_xattr(req, size, [&](char* buf, size_t n) { return fs_of(req).getxattr(ino, name, buf, n); });
+  reply_xattr(req, size,
+              [&](char* buf, size_t n) { return fs_of(req).getxattr(ino, name, buf, n); });
 }
 
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {

@@ -6,12 +6,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
+
+#include <xxhash.h>
 
 #include "cachestore/unique_fd.h"
 

@@ -29,8 +29,8 @@ struct DatasetSpec {
 void fill_content(uint64_t file_id, uint32_t version, uint64_t offset, char* buf, size_t len);
 
 // Writes a file of size bytes with that content, replacing any file at path.
-cachestore::Status write_content_file(const std::string& path, uint64_t file_id,
-                                      uint32_t version, uint64_t size);
+cachestore::Status write_content_file(const std::string& path, uint64_t file_id, uint32_t version,
+                                      uint64_t size);
 
 // Creates the dataset under root (created if missing) and returns the relative paths in
 // file-id order. If root already holds a dataset made from the same spec, reuses it.

@@ -1,8 +1,9 @@
 // epochfs: the command line. Exceptions (CLI11's) are caught here and nowhere below.
 #include <stdio.h>
 
-#include <CLI/CLI.hpp>
 #include <exception>
+
+#include <CLI/CLI.hpp>
 
 #include "cachestore/log.h"
 #include "tools/commands.h"

@@ -14,6 +14,7 @@ struct ReadFigures {
   double seconds = 0;
 
   double files_per_s() const { return seconds > 0 ? files / seconds : 0; }
+
   double mb_per_s() const { return seconds > 0 ? bytes / seconds / 1e6 : 0; }
 };
 

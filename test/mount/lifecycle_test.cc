@@ -1,0 +1,154 @@
+// Mounting, unmounting and the daemon's life: clear errors, clean exits, no leftovers.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "cachestore/unique_fd.h"
+#include "test/mount/mount_fixture.h"
+#include "tools/process.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+void make_small_source(const std::string& src) {
+  fs::create_directories(src);
+  std::ofstream(src + "/hello.txt") << "hello";
+}
+
+}  // namespace
+
+TEST_CASE("mount daemonizes once the mount is ready, unmount ends it", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::create_directories(dir / "mnt");
+  const CommandResult mounted = run_epochfs({"mount", dir / "src", dir / "mnt"});
+  REQUIRE(mounted.exit_code == 0);
+  // Usable the moment the command returns.
+  CHECK(read_file(dir / "mnt/hello.txt") == "hello");
+  const CommandResult unmounted = run_epochfs({"unmount", dir / "mnt"});
+  INFO(unmounted.output);
+  CHECK(unmounted.exit_code == 0);
+  CHECK_FALSE(is_mounted(dir / "mnt"));
+}
+
+TEST_CASE("the daemon exits 0 after unmount and after SIGTERM or SIGINT", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  SECTION("epochfs unmount") {
+    Mount mount(dir / "src", dir / "mnt");
+    CHECK(read_file(mount / "hello.txt") == "hello");
+    CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+    CHECK(mount.wait_exit() == 0);
+    CHECK_FALSE(is_mounted(mount.path()));
+  }
+  for (int sig : {SIGTERM, SIGINT}) {
+    DYNAMIC_SECTION("signal " << sig) {
+      Mount mount(dir / "src", dir / "mnt");
+      CHECK(read_file(mount / "hello.txt") == "hello");
+      REQUIRE(kill(mount.pid(), sig) == 0);
+      CHECK(mount.wait_exit() == 0);
+      CHECK_FALSE(is_mounted(mount.path()));
+    }
+  }
+}
+
+TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::create_directories(dir / "mnt");
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+
+  const std::vector<Case> cases = {
+      {{"mount", dir / "missing", dir / "mnt"}, "source"},
+      {{"mount", dir / "src/hello.txt", dir / "mnt"}, "not a directory"},
+      {{"mount", dir / "src", dir / "nowhere"}, "mountpoint"},
+      {{"mount", dir / "src", dir / "src/hello.txt"}, "not a directory"},
+      {{"mount", dir / "src"}, "mountpoint"},
+      {{"mount", dir / "src", dir / "mnt", "--threads", "0"}, "threads"},
+      {{"mount", dir / "src", dir / "mnt", "-o", "no_such_option"}, "no_such_option"},
+  };
+  for (const auto& c : cases) {
+    const CommandResult r = run_epochfs(c.args);
+    INFO(c.args.back() << ": " << r.output);
+    CHECK(r.exit_code != 0);
+    CHECK(contains(r.output, c.says));
+    CHECK_FALSE(is_mounted(dir / "mnt"));
+  }
+}
+
+TEST_CASE("mount refuses a mountpoint that is already mounted", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  Mount mount(dir / "src", dir / "mnt");
+  const CommandResult r = run_epochfs({"mount", dir / "src", mount.path()});
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "already a mount point"));
+  CHECK(read_file(mount / "hello.txt") == "hello");
+}
+
+TEST_CASE("unmount of a busy mount says so and offers --lazy", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  Mount mount(dir / "src", dir / "mnt");
+  {
+    cachestore::UniqueFd held(::open((mount / "hello.txt").c_str(), O_RDONLY));
+    REQUIRE(held.valid());
+    const CommandResult busy = run_epochfs({"unmount", mount.path()});
+    CHECK(busy.exit_code == 1);
+    CHECK(contains(busy.output, "busy"));
+    CHECK(contains(busy.output, "--lazy"));
+    CHECK(is_mounted(mount.path()));
+    CHECK(run_epochfs({"unmount", "--lazy", mount.path()}).exit_code == 0);
+    CHECK_FALSE(is_mounted(mount.path()));
+    // The open file still reads after the lazy detach.
+    char buf[8] = {};
+    CHECK(::pread(held.get(), buf, sizeof(buf), 0) == 5);
+  }
+  CHECK(mount.wait_exit() == 0);
+}
+
+TEST_CASE("unmount of something that is not an epochfs mount fails clearly", "[mount][lifecycle]") {
+  TempDir dir;
+  fs::create_directories(dir / "plain");
+  const CommandResult r = run_epochfs({"unmount", dir / "plain"});
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "not mounted"));
+}
+
+TEST_CASE("a mount left by a killed daemon is reported and recoverable", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  Mount mount(dir / "src", dir / "mnt");
+  REQUIRE(kill(mount.pid(), SIGKILL) == 0);
+  CHECK(mount.wait_exit() == 128 + SIGKILL);
+  struct stat st;
+  CHECK(::stat(mount.path().c_str(), &st) == -1);
+  CHECK(errno == ENOTCONN);
+  const CommandResult again = run_epochfs({"mount", dir / "src", mount.path()});
+  CHECK(again.exit_code == 1);
+  CHECK(contains(again.output, "epochfs unmount --lazy"));
+  CHECK(run_epochfs({"unmount", "--lazy", mount.path()}).exit_code == 0);
+  CHECK_FALSE(is_mounted(mount.path()));
+  // And it mounts again.
+  CHECK(run_epochfs({"mount", dir / "src", mount.path()}).exit_code == 0);
+  CHECK(read_file(mount / "hello.txt") == "hello");
+  CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+}
+
+}  // namespace epochfs::test

@@ -1,0 +1,165 @@
+#include "test/mount/mount_fixture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+
+#include "cachestore/unique_fd.h"
+#include "tools/mount_table.h"
+#include "tools/process.h"
+
+namespace epochfs::test {
+
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/epochfs-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  path_ = tmpl;
+  // Readable by other users: permission tests switch to an unprivileged user.
+  chmod(path_.c_str(), 0755);
+}
+
+TempDir::~TempDir() {
+  // Never descend into a mount that is still up: detach anything left first.
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(path_, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec) && is_mounted(it->path().string())) {
+      umount2(it->path().c_str(), MNT_DETACH);
+      it.disable_recursion_pending();
+    }
+  }
+  // Restore modes the tests took away so removal can proceed.
+  for (auto it = fs::recursive_directory_iterator(path_, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_symlink(ec)) {
+      chmod(it->path().c_str(), 0755);
+    }
+  }
+  fs::remove_all(path_, ec);
+}
+
+Mount::Mount(const std::string& source, const std::string& mountpoint,
+             const std::vector<std::string>& extra_args)
+    : mountpoint_(mountpoint) {
+  fs::create_directories(mountpoint_);
+  std::vector<std::string> argv = {EPOCHFS_BINARY, "mount", "--foreground", source, mountpoint};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  pid_ = tools::spawn(argv);
+  REQUIRE(pid_ > 0);
+  if (!tools::wait_for_mount(mountpoint_, "fuse.epochfs", pid_, kMountTimeout)) {
+    tools::stop_mount(mountpoint_, pid_, kMountTimeout);
+    reaped_ = true;
+    FAIL("the mount at " << mountpoint_ << " did not come up");
+  }
+}
+
+Mount::~Mount() {
+  if (!reaped_) {
+    tools::stop_mount(mountpoint_, pid_, kMountTimeout);
+  }
+}
+
+std::optional<int> Mount::wait_exit() {
+  auto code = tools::wait_exit(pid_, kMountTimeout);
+  reaped_ = code.has_value();
+  return code;
+}
+
+CommandResult run_epochfs(const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  REQUIRE(pipe2(pipe_fds, O_CLOEXEC) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    std::vector<char*> argv = {const_cast<char*>(EPOCHFS_BINARY)};
+    for (const auto& a : args) {
+      argv.push_back(const_cast<char*>(a.c_str()));
+    }
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  CommandResult result;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) {
+      result.output.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+bool is_mounted(const std::string& path) { return tools::mount_type_at(path).has_value(); }
+
+std::optional<std::string> read_file(const std::string& path) {
+  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      return std::nullopt;
+    }
+    if (n == 0) {
+      return out;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace epochfs::test
+
+namespace epochfs::test {
+
+ReadOnlyBind::ReadOnlyBind(const std::string& source, const std::string& target) : target_(target) {
+  fs::create_directories(target_);
+  REQUIRE(::mount(source.c_str(), target_.c_str(), nullptr, MS_BIND, nullptr) == 0);
+  REQUIRE(::mount(nullptr, target_.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) ==
+          0);
+}
+
+ReadOnlyBind::~ReadOnlyBind() {
+  if (umount2(target_.c_str(), 0) != 0) {
+    umount2(target_.c_str(), MNT_DETACH);
+  }
+}
+
+int run_as_nobody(const std::function<int()>& fn) {
+  constexpr uid_t kNobody = 65534;
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+        setresuid(kNobody, kNobody, kNobody) != 0) {
+      _exit(255);
+    }
+    _exit(fn());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+}  // namespace epochfs::test

@@ -1,0 +1,96 @@
+// Test fixtures for real FUSE mounts.
+//
+// Mount starts `epochfs mount --foreground` as a child (which gets SIGTERM if the test process
+// dies), waits until the kernel lists the mount, and always tears it down in its destructor:
+// unmount, then lazy unmount, then SIGKILL after a timeout. TempDir removes its tree only
+// after every mount inside it is gone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace epochfs::test {
+
+inline constexpr auto kMountTimeout = std::chrono::seconds(20);
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+class Mount {
+ public:
+  // Mounts source at mountpoint (created if missing) with extra `epochfs mount` arguments.
+  Mount(const std::string& source, const std::string& mountpoint,
+        const std::vector<std::string>& extra_args = {});
+  ~Mount();
+  Mount(const Mount&) = delete;
+  Mount& operator=(const Mount&) = delete;
+
+  const std::string& path() const { return mountpoint_; }
+
+  std::string operator/(const std::string& name) const { return mountpoint_ + "/" + name; }
+
+  pid_t pid() const { return pid_; }
+
+  // Waits for the daemon to exit (after an unmount or a signal) and returns its exit code.
+  std::optional<int> wait_exit();
+
+ private:
+  std::string mountpoint_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs the epochfs binary with args and waits for it.
+CommandResult run_epochfs(const std::vector<std::string>& args);
+
+// True if a filesystem is mounted exactly at path.
+bool is_mounted(const std::string& path);
+
+// Reads a whole file; nullopt on error (errno kept).
+std::optional<std::string> read_file(const std::string& path);
+
+}  // namespace epochfs::test
+
+namespace epochfs::test {
+
+// A read-only bind mount of a directory: the reference for the errno a read-only view of the
+// source gives for each operation. Unmounted in the destructor.
+class ReadOnlyBind {
+ public:
+  ReadOnlyBind(const std::string& source, const std::string& target);
+  ~ReadOnlyBind();
+  ReadOnlyBind(const ReadOnlyBind&) = delete;
+  ReadOnlyBind& operator=(const ReadOnlyBind&) = delete;
+
+  const std::string& path() const { return target_; }
+
+ private:
+  std::string target_;
+};
+
+// Runs fn as user and group `nobody` in a child process and returns what it returned (0..255).
+int run_as_nobody(const std::function<int()>& fn);
+
+}  // namespace epochfs::test

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Static checks CI runs before building: formatting, and the one-way module dependency
+# fusefs -> prefetch -> cachestore (a backward #include fails the check).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+mapfile -t sources < <(git ls-files '*.h' '*.cc' 2>/dev/null || find . -name '*.h' -o -name '*.cc')
+clang-format --dry-run --Werror "${sources[@]}"
+
+status=0
+backward() {  # backward MODULE PATTERN: MODULE must not include PATTERN
+  if grep -nE "#include \"($2)/" -r "$1" --include='*.h' --include='*.cc'; then
+    echo "check: $1 includes a module above it" >&2
+    status=1
+  fi
+}
+backward cachestore 'prefetch|fusefs|tools'
+backward prefetch 'fusefs|tools'
+backward fusefs 'tools'
+# Only the adapter talks to libfuse.
+if grep -nE '#include <fuse' -r cachestore prefetch fusefs tools --include='*.h' --include='*.cc' |
+    grep -v '^fusefs/fuse_ops.h:'; then
+  echo "check: only fusefs/fuse_ops.h may include libfuse" >&2
+  status=1
+fi
+exit $status
