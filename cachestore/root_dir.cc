@@ -92,6 +92,18 @@ Result<struct statvfs> RootDir::statfs() const {
   return st;
 }
 
+Status RootDir::access_at(const std::string& rel, int mask) const {
+  auto fd = open_path_only(rel);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  // faccessat2 checks the object an O_PATH fd names (AT_EMPTY_PATH, Linux 5.8).
+  if (syscall(SYS_faccessat2, fd.value().get(), "", mask, AT_EMPTY_PATH) != 0) {
+    return Status::error(errno, "access " + rel);
+  }
+  return Status::ok();
+}
+
 Result<size_t> RootDir::getxattr_at(const std::string& rel, const char* name, char* buf,
                                     size_t size) const {
   auto fd = open_path_only(rel);

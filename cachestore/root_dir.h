@@ -45,6 +45,9 @@ class RootDir {
 
   Result<struct statvfs> statfs() const;
 
+  // access(2) of rel for this process's credentials; a symlink is checked, not followed.
+  Status access_at(const std::string& rel, int mask) const;
+
   // getxattr/listxattr on rel (a symlink itself, not its target). size 0 asks for the size.
   Result<size_t> getxattr_at(const std::string& rel, const char* name, char* buf,
                              size_t size) const;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "cachestore/log.h"
 #include "cachestore/path.h"
 
 namespace epochfs::fusefs {
@@ -14,6 +15,28 @@ using cachestore::Status;
 Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
                        FilesystemOptions options)
     : source_(std::move(source)), engine_(source_), options_(options), inodes_(root_st) {}
+
+namespace {
+
+// A node the kernel holds whose source path is gone was renamed or deleted in the source.
+// ESTALE makes the VFS look the path up afresh (LOOKUP_REVAL) instead of failing at once, so
+// a renamed directory's files are found under the new name and a deleted file gets ENOENT.
+Status stale_if_gone(Status status) {
+  if (status.error_code() == ENOENT) {
+    return Status::error(ESTALE, status.context());
+  }
+  return status;
+}
+
+template <typename T>
+Result<T> stale_if_gone(Result<T> result) {
+  if (result.error_code() == ENOENT) {
+    return stale_if_gone(result.status());
+  }
+  return result;
+}
+
+}  // namespace
 
 Result<std::string> Filesystem::path_of(InodeId id) const {
   auto path = inodes_.path_of(id);
@@ -41,14 +64,19 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
   return Entry{id, st.value()};
 }
 
-void Filesystem::forget(InodeId id, uint64_t n) { inodes_.forget(id, n); }
+void Filesystem::forget(InodeId id, uint64_t n) {
+  if (!inodes_.forget(id, n)) {
+    cachestore::log(cachestore::LogLevel::kWarning, "forget of unknown inode %llu",
+                    static_cast<unsigned long long>(id));
+  }
+}
 
 Result<struct stat> Filesystem::getattr(InodeId id) const {
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
   }
-  return source_.stat_at(path.value());
+  return stale_if_gone(source_.stat_at(path.value()));
 }
 
 Result<std::string> Filesystem::readlink(InodeId id) const {
@@ -56,7 +84,7 @@ Result<std::string> Filesystem::readlink(InodeId id) const {
   if (!path.is_ok()) {
     return path.status();
   }
-  return source_.readlink_at(path.value());
+  return stale_if_gone(source_.readlink_at(path.value()));
 }
 
 Result<DirHandle*> Filesystem::opendir(InodeId id) {
@@ -66,7 +94,7 @@ Result<DirHandle*> Filesystem::opendir(InodeId id) {
   }
   auto fd = source_.open_at(path.value(), O_RDONLY | O_DIRECTORY);
   if (!fd.is_ok()) {
-    return fd.status();
+    return stale_if_gone(fd.status());
   }
   auto dir = DirHandle::create(std::move(fd).value(), std::move(path).value());
   if (!dir.is_ok()) {
@@ -89,7 +117,7 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   }
   auto file = engine_.open_file(path.value());
   if (!file.is_ok()) {
-    return file.status();
+    return stale_if_gone(file.status());
   }
   const bool unchanged = inodes_.note_version(id, FileVersion::of(file.value().st));
   auto handle =
@@ -122,16 +150,11 @@ Status Filesystem::access(InodeId id, int mask) const {
   if ((mask & W_OK) != 0) {
     return Status::error(kReadOnlyError, "access for writing");
   }
-  auto st = getattr(id);
-  if (!st.is_ok()) {
-    return st.status();
+  auto path = path_of(id);
+  if (!path.is_ok()) {
+    return path.status();
   }
-  // Root passes DAC checks, except that it may execute only what someone may execute.
-  const mode_t mode = st.value().st_mode;
-  if ((mask & X_OK) != 0 && !S_ISDIR(mode) && (mode & 0111) == 0) {
-    return Status::error(EACCES, "access");
-  }
-  return Status::ok();
+  return stale_if_gone(source_.access_at(path.value(), mask));
 }
 
 }  // namespace epochfs::fusefs

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <string.h>
 
+#include <new>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,23 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
   reply_status(req, fs_of(req).access(ino, mask));
 }
 
+// Wraps an operation that replies: no exception may cross into libfuse's C code, and an
+// allocation failure becomes ENOMEM for that request (every op replies only after its last
+// allocation, so a throw always happens before the reply).
+template <auto Op>
+struct Guarded;
+
+template <typename... Args, void (*Op)(fuse_req_t, Args...)>
+struct Guarded<Op> {
+  static void call(fuse_req_t req, Args... args) {
+    try {
+      Op(req, args...);
+    } catch (const std::bad_alloc&) {
+      fuse_reply_err(req, ENOMEM);
+    }
+  }
+};
+
 // Every modifying operation ends here.
 void reply_read_only(fuse_req_t req) { fuse_reply_err(req, kReadOnlyError); }
 
@@ -276,22 +294,22 @@ fuse_lowlevel_ops make_operations() {
   fuse_lowlevel_ops ops;
   memset(&ops, 0, sizeof(ops));
   ops.init = op_init;
-  ops.lookup = op_lookup;
+  ops.lookup = Guarded<op_lookup>::call;
   ops.forget = op_forget;
   ops.forget_multi = op_forget_multi;
-  ops.getattr = op_getattr;
-  ops.readlink = op_readlink;
-  ops.opendir = op_opendir;
-  ops.readdir = op_readdir;
-  ops.readdirplus = op_readdirplus;
+  ops.getattr = Guarded<op_getattr>::call;
+  ops.readlink = Guarded<op_readlink>::call;
+  ops.opendir = Guarded<op_opendir>::call;
+  ops.readdir = Guarded<op_readdir>::call;
+  ops.readdirplus = Guarded<op_readdirplus>::call;
   ops.releasedir = op_releasedir;
-  ops.open = op_open;
+  ops.open = Guarded<op_open>::call;
   ops.read = op_read;
   ops.release = op_release;
-  ops.statfs = op_statfs;
-  ops.getxattr = op_getxattr;
-  ops.listxattr = op_listxattr;
-  ops.access = op_access;
+  ops.statfs = Guarded<op_statfs>::call;
+  ops.getxattr = Guarded<op_getxattr>::call;
+  ops.listxattr = Guarded<op_listxattr>::call;
+  ops.access = Guarded<op_access>::call;
   // Modifying operations: each answers EROFS through reply_read_only.
   ops.setattr = [](fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) {
     reply_read_only(req);

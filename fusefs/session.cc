@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <memory>
@@ -92,9 +93,20 @@ int serve(fuse_session* se, const MountOptions& o) {
   return 0;
 }
 
+// Each open file through the mount holds one source fd until release; let that use the
+// whole hard limit rather than the usual soft 1024.
+void raise_open_files_limit() {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 }  // namespace
 
 int run_mount(const MountOptions& o) {
+  raise_open_files_limit();
   auto source = cachestore::RootDir::open(o.source);
   if (!source.is_ok()) {
     fprintf(stderr, "epochfs: cannot open source %s\n", source.status().to_string().c_str());
@@ -142,7 +154,9 @@ int run_mount(const MountOptions& o) {
     fuse_remove_signal_handlers(se.get());
     return 1;
   }
+  cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
   const int rc = serve(se.get(), o);
+  cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
   fuse_session_unmount(se.get());
   fuse_remove_signal_handlers(se.get());
   free(conn_opts);

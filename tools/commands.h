@@ -20,6 +20,10 @@ struct DemoOptions {
   unsigned rounds = 3;
   bool immutable = true;
   bool keep = false;
+  // Drop the page cache before every pass (needs root): reads reach the daemon and the disk.
+  bool cold = false;
+  // Extra `epochfs mount` arguments, to compare configurations.
+  std::vector<std::string> mount_args;
 };
 
 int cmd_demo(const DemoOptions& options);

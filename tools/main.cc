@@ -70,16 +70,22 @@ int run(int argc, char** argv) {
   demo_cmd->add_option("--rounds", demo.rounds, "Rounds per figure (median)")->default_val(3);
   demo_cmd->add_flag("--immutable,!--no-immutable", demo.immutable, "Mount with --immutable");
   demo_cmd->add_flag("--keep", demo.keep, "Keep the work directory");
+  demo_cmd->add_flag("--cold", demo.cold, "Drop the page cache before every pass (root)");
+  demo_cmd->add_option("--mount-arg", demo.mount_args, "Extra argument for epochfs mount")
+      ->allow_extra_args(false);
 
   CLI11_PARSE(app, argc, argv);
   epochfs::cachestore::set_log_level(parse_level(log_level));
   if (app.got_subcommand("mount")) {
-    if (mount.fs.immutable) {
-      mount.fs.entry_timeout_s = mount.fs.attr_timeout_s = kImmutableTimeoutS;
-      mount.fs.negative_timeout_s = kImmutableTimeoutS;
-    } else {
-      mount.fs.entry_timeout_s = mount.fs.attr_timeout_s;
+    // --immutable lengthens the timeouts the user did not set explicitly.
+    auto* cmd = app.get_subcommand("mount");
+    if (mount.fs.immutable && cmd->count("--attr-timeout") == 0) {
+      mount.fs.attr_timeout_s = kImmutableTimeoutS;
     }
+    if (mount.fs.immutable && cmd->count("--negative-timeout") == 0) {
+      mount.fs.negative_timeout_s = kImmutableTimeoutS;
+    }
+    mount.fs.entry_timeout_s = mount.fs.attr_timeout_s;
     return epochfs::tools::cmd_mount(mount);
   }
   if (app.got_subcommand("unmount")) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -97,6 +98,34 @@ TEST_CASE("RootDir reports errors with errno and the path", "[root_dir]") {
   auto missing = root.value().stat_at("nope");
   CHECK(missing.error_code() == ENOENT);
   CHECK(missing.status().to_string().find("nope") != std::string::npos);
+}
+
+TEST_CASE("RootDir checks access with the caller's credentials", "[root_dir]") {
+  Tree t;
+  chmod(t.base.c_str(), 0755);
+  std::ofstream(t.root / "closed") << "x";
+  chmod((t.root / "closed").c_str(), 0);
+  auto root = RootDir::open(t.root);
+  REQUIRE(root.is_ok());
+  CHECK(root.value().access_at("file", R_OK).is_ok());
+  CHECK(root.value().access_at("file", X_OK).error_code() == EACCES);
+  CHECK(root.value().access_at("missing", R_OK).error_code() == ENOENT);
+  // As an unprivileged user, a mode-000 file is not readable.
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    constexpr uid_t kNobody = 65534;
+    if (setresgid(kNobody, kNobody, kNobody) != 0 || setresuid(kNobody, kNobody, kNobody) != 0) {
+      _exit(2);
+    }
+    const bool denied = root.value().access_at("closed", R_OK).error_code() == EACCES;
+    const bool allowed = root.value().access_at("file", R_OK).is_ok();
+    _exit(denied && allowed ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("RootDir passes extended attributes through", "[root_dir]") {

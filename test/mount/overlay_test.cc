@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <thread>
@@ -297,6 +298,40 @@ TEST_CASE("statfs and xattrs pass through", "[mount][parity]") {
   CHECK(::listxattr((mount / "one").c_str(), buf, sizeof(buf)) > 0);
   CHECK(::getxattr((mount / "one").c_str(), "user.missing", buf, sizeof(buf)) == -1);
   CHECK(errno == ENODATA);
+}
+
+}  // namespace epochfs::test
+
+namespace epochfs::test {
+
+TEST_CASE("a directory renamed in the source is found under its new name at once",
+          "[mount][coherence]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "src/old");
+  REQUIRE(tools::write_content_file(dir / "src/old/f", 1, 1, 5000).is_ok());
+  // A long attribute timeout: the kernel keeps its entries, so only the daemon can notice.
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "60"});
+  REQUIRE(read_file(mount / "old/f").has_value());
+  std::filesystem::rename(dir / "src/old", dir / "src/new");
+  auto moved = read_file(mount / "new/f");
+  CHECK(moved.has_value());
+  CHECK(moved == read_file(dir / "src/new/f"));
+  struct stat st;
+  CHECK(::stat((mount / "new/f").c_str(), &st) == 0);
+  // The old name is gone for good once the kernel asks again.
+  CHECK_FALSE(read_file(mount / "old/f").has_value());
+}
+
+TEST_CASE("a file deleted in the source reads as missing, not as empty", "[mount][coherence]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "src");
+  REQUIRE(tools::write_content_file(dir / "src/f", 1, 1, 5000).is_ok());
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "60"});
+  REQUIRE(read_file(mount / "f").has_value());
+  std::filesystem::remove(dir / "src/f");
+  errno = 0;
+  CHECK_FALSE(read_file(mount / "f").has_value());
+  CHECK(errno == ENOENT);
 }
 
 }  // namespace epochfs::test
