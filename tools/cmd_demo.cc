@@ -88,13 +88,16 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
   spec.num_classes = std::max<size_t>(1, o.files / 100);
   printf("epochfs demo: dataset of %zu files (lognormal, mean 110 KB) in %s\n", o.files,
          src.c_str());
+  fflush(stdout);
   auto paths = make_dataset(src, spec);
   if (!paths.is_ok()) {
     fprintf(stderr, "epochfs demo: %s\n", paths.status().to_string().c_str());
     return 1;
   }
   std::filesystem::create_directories(mnt);
-  std::vector<std::string> argv = {self_exe(), "mount", "--foreground", src, mnt};
+  // The daemon shares our terminal: only its warnings belong in the demo's output.
+  std::vector<std::string> argv = {self_exe(), "mount", "--foreground", "--log-level", "warning",
+                                   src,        mnt};
   if (o.immutable) {
     argv.push_back("--immutable");
   }
