@@ -6,6 +6,7 @@
 
 #include "cachestore/log.h"
 #include "cachestore/path.h"
+#include "fusefs/control_dir.h"
 
 namespace epochfs::fusefs {
 
@@ -13,8 +14,12 @@ using cachestore::Result;
 using cachestore::Status;
 
 Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
-                       FilesystemOptions options)
-    : source_(std::move(source)), engine_(source_), options_(options), inodes_(root_st) {}
+                       FilesystemOptions options, std::unique_ptr<cachestore::CacheStore> cache,
+                       prefetch::EngineOptions engine_options)
+    : source_(std::move(source)),
+      engine_(source_, std::move(cache), engine_options),
+      options_(options),
+      inodes_(root_st) {}
 
 namespace {
 
@@ -48,6 +53,12 @@ Result<std::string> Filesystem::path_of(InodeId id) const {
 }
 
 Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
+  if (auto control = control_lookup(parent, name)) {
+    return Entry{*control, control_attr(*control)};
+  }
+  if (is_control(parent)) {
+    return Status::error(ENOENT, std::string(name));
+  }
   if (!cachestore::is_valid_name(name)) {
     return Status::error(name.size() > NAME_MAX ? ENAMETOOLONG : ENOENT, std::string(name));
   }
@@ -60,26 +71,40 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
   if (!st.is_ok()) {
     return st.status();
   }
+  engine_.observe(path, st.value());
   const InodeId id = inodes_.add_reference(st.value(), path);
   return Entry{id, st.value()};
 }
 
 void Filesystem::forget(InodeId id, uint64_t n) {
+  if (is_control(id)) {
+    return;  // control nodes live as long as the mount
+  }
   if (!inodes_.forget(id, n)) {
     cachestore::log(cachestore::LogLevel::kWarning, "forget of unknown inode %llu",
                     static_cast<unsigned long long>(id));
   }
 }
 
-Result<struct stat> Filesystem::getattr(InodeId id) const {
+Result<struct stat> Filesystem::getattr(InodeId id) {
+  if (is_control(id)) {
+    return control_attr(id);
+  }
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
   }
-  return stale_if_gone(source_.stat_at(path.value()));
+  auto st = stale_if_gone(source_.stat_at(path.value()));
+  if (st.is_ok()) {
+    engine_.observe(path.value(), st.value());
+  }
+  return st;
 }
 
 Result<std::string> Filesystem::readlink(InodeId id) const {
+  if (is_control(id)) {
+    return Status::error(EINVAL, "readlink");
+  }
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
@@ -88,6 +113,9 @@ Result<std::string> Filesystem::readlink(InodeId id) const {
 }
 
 Result<DirHandle*> Filesystem::opendir(InodeId id) {
+  if (is_control(id)) {
+    return id == kControlDirId ? nullptr : Result<DirHandle*>(Status::error(ENOTDIR, "opendir"));
+  }
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
@@ -103,13 +131,38 @@ Result<DirHandle*> Filesystem::opendir(InodeId id) {
   return dirs_.add(std::move(dir).value());
 }
 
-void Filesystem::releasedir(DirHandle* dir) { dirs_.remove(dir); }
+void Filesystem::releasedir(DirHandle* dir) {
+  if (dir != nullptr) {
+    dirs_.remove(dir);
+  }
+}
 
-void Filesystem::release(FileHandle* file) { files_.remove(file); }
+Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
+  if (id != kStatsFileId) {
+    return Status::error(EISDIR, "open .epochfs");
+  }
+  auto handle = std::make_unique<FileHandle>();
+  handle->is_control = true;
+  handle->control_content = stats_json(engine_.stats(), source_.path(), ::getpid());
+  return OpenResult{files_.add(std::move(handle)), false};
+}
+
+void Filesystem::release(FileHandle* file) {
+  engine_.close_file(file->file);
+  files_.remove(file);
+}
+
+void Filesystem::count_read(const FileHandle& file, uint64_t size, uint64_t offset) {
+  const auto file_size = static_cast<uint64_t>(file.file.version.size);
+  engine_.count_read(file.file, offset >= file_size ? 0 : std::min(size, file_size - offset));
+}
 
 Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
     return Status::error(kReadOnlyError, "open for writing");
+  }
+  if (is_control(id)) {
+    return open_control(id, flags);
   }
   auto path = path_of(id);
   if (!path.is_ok()) {
@@ -119,10 +172,11 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   if (!file.is_ok()) {
     return stale_if_gone(file.status());
   }
-  const bool unchanged = inodes_.note_version(id, FileVersion::of(file.value().st));
-  auto handle =
-      std::unique_ptr<FileHandle>(new (std::nothrow) FileHandle{std::move(file.value().fd)});
+  const bool unchanged = inodes_.note_version(id, file.value().version);
+  auto handle = std::unique_ptr<FileHandle>(new (std::nothrow)
+                                                FileHandle{std::move(file).value(), false, {}});
   if (!handle) {
+    engine_.close_file(file.value());
     return Status::error(ENOMEM, "open");
   }
   return OpenResult{files_.add(std::move(handle)), options_.immutable || unchanged};
@@ -131,6 +185,9 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
 Result<struct statvfs> Filesystem::statfs() const { return source_.statfs(); }
 
 Result<size_t> Filesystem::getxattr(InodeId id, const char* name, char* buf, size_t size) const {
+  if (is_control(id)) {
+    return Status::error(ENODATA, "getxattr");
+  }
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
@@ -139,6 +196,9 @@ Result<size_t> Filesystem::getxattr(InodeId id, const char* name, char* buf, siz
 }
 
 Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) const {
+  if (is_control(id)) {
+    return size_t{0};
+  }
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
@@ -149,6 +209,9 @@ Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) const {
 Status Filesystem::access(InodeId id, int mask) const {
   if ((mask & W_OK) != 0) {
     return Status::error(kReadOnlyError, "access for writing");
+  }
+  if (is_control(id)) {
+    return Status::ok();
   }
   auto path = path_of(id);
   if (!path.is_ok()) {

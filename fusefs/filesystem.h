@@ -43,9 +43,12 @@ struct Entry {
   struct stat attr;
 };
 
-// An open file: owned by the adapter through fuse_file_info::fh until release.
+// An open file: the kernel holds it as fuse_file_info::fh from open to release.
 struct FileHandle {
-  cachestore::UniqueFd fd;
+  prefetch::OpenFile file;
+  // For a control file (.epochfs/stats): its content, made at open; file.fd is unused.
+  bool is_control = false;
+  std::string control_content;
 };
 
 struct OpenResult {
@@ -56,15 +59,21 @@ struct OpenResult {
 
 class Filesystem {
  public:
-  Filesystem(cachestore::RootDir source, const struct stat& root_st, FilesystemOptions options);
+  // cache may be null: the overlay then reads every file from the source.
+  Filesystem(cachestore::RootDir source, const struct stat& root_st, FilesystemOptions options,
+             std::unique_ptr<cachestore::CacheStore> cache = nullptr,
+             prefetch::EngineOptions engine_options = {});
 
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
+  // Starts background threads (staging). Call after any fork, before serving.
+  void start() { engine_.start(); }
+
   // Looks name up in parent; on success the kernel holds one more reference to the result.
   cachestore::Result<Entry> lookup(InodeId parent, std::string_view name);
   void forget(InodeId id, uint64_t n);
-  cachestore::Result<struct stat> getattr(InodeId id) const;
+  cachestore::Result<struct stat> getattr(InodeId id);
   cachestore::Result<std::string> readlink(InodeId id) const;
   // Handles returned by opendir and open stay owned by the Filesystem until releasedir and
   // release, or until it is destroyed (the kernel sends no release if the connection ends).
@@ -72,6 +81,8 @@ class Filesystem {
   void releasedir(DirHandle* dir);
   cachestore::Result<OpenResult> open(InodeId id, int flags);
   void release(FileHandle* file);
+  // size bytes at offset were requested from file; counts what was served.
+  void count_read(const FileHandle& file, uint64_t size, uint64_t offset);
   cachestore::Result<struct statvfs> statfs() const;
   cachestore::Result<size_t> getxattr(InodeId id, const char* name, char* buf, size_t size) const;
   cachestore::Result<size_t> listxattr(InodeId id, char* buf, size_t size) const;
@@ -81,6 +92,8 @@ class Filesystem {
 
   const InodeTable& inodes() const { return inodes_; }
 
+  prefetch::EngineStats engine_stats() const { return engine_.stats(); }
+
  private:
   cachestore::Result<std::string> path_of(InodeId id) const;
 
@@ -89,6 +102,8 @@ class Filesystem {
   prefetch::Engine engine_;
   // Constant data.
   const FilesystemOptions options_;
+  cachestore::Result<OpenResult> open_control(InodeId id, int flags);
+
   // Mutable state (each locked inside; leaf locks, never held together).
   InodeTable inodes_;
   HandleTable<FileHandle> files_;

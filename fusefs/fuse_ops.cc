@@ -8,11 +8,14 @@
 #include <fcntl.h>
 #include <string.h>
 
+#include <algorithm>
+#include <iterator>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "cachestore/log.h"
+#include "fusefs/control_dir.h"
 #include "fusefs/filesystem.h"
 
 namespace epochfs::fusefs {
@@ -163,8 +166,36 @@ ssize_t add_plus_entry(fuse_req_t req, fuse_ino_t dir, const DirEntry& d, char* 
   return static_cast<ssize_t>(fuse_add_direntry_plus(req, buf, room, d.name, &e, d.next_offset));
 }
 
+// The control directory's listing: ".", "..", then kControlEntries; offsets are positions.
+void control_readdir(fuse_req_t req, size_t size, off_t off, bool plus) {
+  std::vector<const char*> names = {".", ".."};
+  names.insert(names.end(), std::begin(kControlEntries), std::end(kControlEntries));
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (auto i = static_cast<size_t>(off); i < names.size(); ++i) {
+    auto id = control_lookup(kControlDirId, names[i]);
+    fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    e.attr = control_attr(id.value_or(kControlDirId));
+    e.ino = plus && id ? *id : 0;  // no references for control nodes: they are never forgotten
+    const auto next = static_cast<off_t>(i + 1);
+    const size_t n =
+        plus ? fuse_add_direntry_plus(req, buf.data() + used, size - used, names[i], &e, next)
+             : fuse_add_direntry(req, buf.data() + used, size - used, names[i], &e.attr, next);
+    if (n > size - used) {
+      break;
+    }
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
 void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
                 bool plus) {
+  if (ino == kControlDirId) {
+    control_readdir(req, size, off, plus);
+    return;
+  }
   DirHandle& dir = *dir_of(fi);
   std::vector<char> buf(size);
   size_t used = 0;
@@ -178,6 +209,9 @@ void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
     }
     if (!next.is_ok() || !next.value()) {
       break;
+    }
+    if (ino == kRootInodeId && strcmp(next.value()->name, kControlDirName) == 0) {
+      continue;  // shadowed by the control directory, which listings do not show
     }
     char* at = buf.data() + used;
     const ssize_t n = plus ? add_plus_entry(req, ino, *next.value(), at, size - used)
@@ -213,6 +247,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   FileHandle* handle = opened.value().handle;
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->keep_cache = opened.value().keep_cache;
+  // Control files are made at open and have no size: the kernel must ask for every read.
+  fi->direct_io = handle->is_control;
   // Read-only: the kernel need not send FLUSH on every close.
   fi->noflush = 1;
   if (fuse_reply_open(req, fi) != 0) {
@@ -224,8 +260,16 @@ void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
   // Reply straight from the fd: libfuse splices it when the kernel allows, else preads.
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  buf.buf[0].fd = file_of(fi)->fd.get();
+  FileHandle& file = *file_of(fi);
+  if (file.is_control) {
+    const std::string& text = file.control_content;
+    const size_t start = std::min(text.size(), static_cast<size_t>(off));
+    fuse_reply_buf(req, text.data() + start, std::min(size, text.size() - start));
+    return;
+  }
+  buf.buf[0].fd = file.file.fd.get();
   buf.buf[0].pos = off;
+  fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 

@@ -4,18 +4,6 @@ namespace epochfs::fusefs {
 
 using cachestore::MutexLock;
 
-namespace {
-
-int64_t to_ns(const struct timespec& ts) {
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-}  // namespace
-
-FileVersion FileVersion::of(const struct stat& st) {
-  return FileVersion{st.st_size, to_ns(st.st_mtim), to_ns(st.st_ctim)};
-}
-
 InodeTable::InodeTable(const struct stat& root_st) : root_key_{root_st.st_dev, root_st.st_ino} {
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.

@@ -22,6 +22,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "cachestore/file_version.h"
 #include "cachestore/sync.h"
 
 namespace epochfs::fusefs {
@@ -31,15 +32,7 @@ using InodeId = uint64_t;
 // The kernel's fixed id for the mount's root (FUSE_ROOT_ID).
 inline constexpr InodeId kRootInodeId = 1;
 
-// What a cached page must match to be kept: a rewrite changes at least one of these.
-struct FileVersion {
-  int64_t size = -1;
-  int64_t mtime_ns = 0;
-  int64_t ctime_ns = 0;
-
-  static FileVersion of(const struct stat& st);
-  bool operator==(const FileVersion&) const = default;
-};
+using cachestore::FileVersion;
 
 class InodeTable {
  public:

@@ -4,7 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "cachestore/cache_store.h"
 #include "fusefs/filesystem.h"
+#include "prefetch/engine.h"
 
 namespace epochfs::fusefs {
 
@@ -18,6 +20,9 @@ struct MountOptions {
   unsigned threads = 64;
   bool allow_other = false;
   FilesystemOptions fs;
+  // The local-disk cache. Disabled when cache.capacity_bytes is 0.
+  cachestore::CacheOptions cache;
+  prefetch::EngineOptions engine;
   // Extra -o options passed to libfuse as given.
   std::vector<std::string> fuse_options;
 };

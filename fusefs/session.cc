@@ -117,7 +117,18 @@ int run_mount(const MountOptions& o) {
     fprintf(stderr, "epochfs: cannot stat source %s\n", root_st.status().to_string().c_str());
     return 1;
   }
-  Filesystem fs(std::move(source).value(), root_st.value(), o.fs);
+  std::unique_ptr<cachestore::CacheStore> cache;
+  if (o.cache.capacity_bytes > 0) {
+    // Opened here, before any fork, so a bad --cache-dir fails in the user's terminal.
+    auto opened = cachestore::CacheStore::open(o.cache, std::make_unique<cachestore::LruPolicy>());
+    if (!opened.is_ok()) {
+      fprintf(stderr, "epochfs: cannot use the cache directory: %s\n",
+              opened.status().to_string().c_str());
+      return 1;
+    }
+    cache = std::move(opened).value();
+  }
+  Filesystem fs(std::move(source).value(), root_st.value(), o.fs, std::move(cache), o.engine);
 
   FuseArgs arg_strings;
   fill_args(o, arg_strings);
@@ -154,6 +165,7 @@ int run_mount(const MountOptions& o) {
     fuse_remove_signal_handlers(se.get());
     return 1;
   }
+  fs.start();  // threads only now: none may exist across fuse_daemonize's fork
   cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
   const int rc = serve(se.get(), o);
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());

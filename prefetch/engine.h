@@ -1,39 +1,125 @@
 // Engine: the front door of the data path, between the FUSE layer and the cache store.
 //
 // fusefs asks the engine for a file's data and never touches the cache directly, so that
-// "wait for the copy in flight", progress tracking and staging each live in one place.
-// At this stage the engine opens the source file itself; the cache store and the prefetch
-// planner plug in behind this same interface.
+// version checks, staging and (later) progress tracking each live in one place.
+//
+// open_file, the read-through path:
+//   1. Find the source's current version: trusted from a lookup/getattr within the attribute
+//      timeout (or ever, with --immutable), else one stat of the source.
+//   2. A ready cached copy of exactly that version: serve it (pinned until close_file).
+//   3. Otherwise serve the reader from the source at once, and hand a copy to the stager: it
+//      copies from the same open file into the cache in the background, and publishes the copy
+//      only if the source's version did not change during the copy.
+// A source error (EIO, ENOENT) reaches the reader that hit it and is never recorded in the
+// cache; a failure of the cache only ever means reading from the source.
+//
+// Shutdown order: the stager (joins its threads, so no copy touches the cache afterwards),
+// then the cache store (removes the mount's cache directory).
 //
 // Thread-safety: all methods may be called concurrently from FUSE worker threads.
 #pragma once
 
 #include <sys/stat.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 
+#include "cachestore/cache_store.h"
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
+#include "prefetch/file_registry.h"
+#include "prefetch/stager.h"
 
 namespace epochfs::prefetch {
 
-// A file opened for reading, with the attributes of the version that fd reads.
+struct EngineOptions {
+  // The source never changes while mounted: cached copies need no version check.
+  bool immutable = false;
+  // A version read from the source this recently is trusted at open.
+  double attr_timeout_s = 1.0;
+  // Copies in flight at once. Network storage is latency-bound: many reads in flight.
+  unsigned staging_threads = 16;
+  // Copies queued or running; beyond this a copy is dropped (the reader is served anyway).
+  unsigned max_pending_copies = 4096;
+};
+
+// A file opened for reading.
 struct OpenFile {
   cachestore::UniqueFd fd;
-  struct stat st;
+  cachestore::FileVersion version;  // the version fd reads
+  FileId id = 0;
+  bool from_cache = false;  // pinned in the cache until Engine::close_file
+};
+
+// Counters since the mount; a snapshot.
+struct EngineStats {
+  uint64_t opens = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes_from_cache = 0;
+  uint64_t bytes_from_source = 0;
+  uint64_t source_stats = 0;    // version checks that asked the source
+  uint64_t copies_dropped = 0;  // staging queue full
+  uint64_t files_known = 0;
+  bool cache_enabled = false;
+  std::string cache_dir;
+  cachestore::CacheStats cache;
 };
 
 class Engine {
  public:
-  // source must outlive the engine.
-  explicit Engine(const cachestore::RootDir& source) : source_(source) {}
+  // source must outlive the engine. cache may be null: then every read goes to the source.
+  Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
+         EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
-  // Opens a regular file for reading. EISDIR/EINVAL for anything that is not a regular file.
-  cachestore::Result<OpenFile> open_file(const std::string& rel_path) const;
+  // Starts the staging threads. Separate from construction because the daemon forks after
+  // the engine is built, and threads do not survive a fork. Without start(), misses are not
+  // staged.
+  void start();
+
+  // Records attributes just read from the source (by lookup or getattr).
+  void observe(const std::string& rel_path, const struct stat& st);
+
+  // Opens a regular file for reading, from the cache if a valid copy exists.
+  // EISDIR/EINVAL for anything that is not a regular file.
+  cachestore::Result<OpenFile> open_file(const std::string& rel_path);
+
+  // The reader is done with file.
+  void close_file(const OpenFile& file);
+
+  // bytes were served to a reader of file.
+  void count_read(const OpenFile& file, uint64_t bytes);
+
+  EngineStats stats() const;
 
  private:
+  cachestore::Result<cachestore::FileVersion> current_version(FileId id,
+                                                              const std::string& rel_path);
+  cachestore::Result<OpenFile> open_source(FileId id, const std::string& rel_path);
+  void stage_in_background(const OpenFile& file, const std::string& rel_path);
+  void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
+             const cachestore::FileVersion& version);
+
+  // Dependencies, in destruction order reversed: the stager goes first.
   const cachestore::RootDir& source_;
+  const EngineOptions options_;
+  std::unique_ptr<cachestore::CacheStore> cache_;
+  FileRegistry registry_;
+  std::unique_ptr<Stager> stager_;
+
+  // Counters. Relaxed: independent statistics, read as a snapshot.
+  std::atomic<uint64_t> opens_{0};
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> bytes_from_cache_{0};
+  std::atomic<uint64_t> bytes_from_source_{0};
+  std::atomic<uint64_t> source_stats_{0};
+  std::atomic<uint64_t> copies_dropped_{0};
 };
 
 }  // namespace epochfs::prefetch

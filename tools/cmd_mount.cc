@@ -71,6 +71,10 @@ int cmd_mount(fusefs::MountOptions options) {
   // The daemon changes its directory to /, so relative paths must be resolved now.
   options.source = absolute_path(options.source);
   options.mountpoint = absolute_path(options.mountpoint);
+  options.cache.source_key = options.source;
+  if (options.cache.capacity_bytes > 0) {
+    options.cache.root = absolute_path(options.cache.root);
+  }
   if (!check_source(options.source) || !check_mountpoint(options.mountpoint) ||
       !check_fuse_device()) {
     return 1;

@@ -7,6 +7,7 @@
 
 #include "cachestore/log.h"
 #include "tools/commands.h"
+#include "tools/size_parse.h"
 
 namespace {
 
@@ -15,7 +16,50 @@ using epochfs::fusefs::MountOptions;
 // Timeouts for datasets that never change while mounted: one day.
 constexpr double kImmutableTimeoutS = 86400;
 
-void add_mount_command(CLI::App& app, MountOptions& o, std::string& log_level) {
+struct CacheFlags {
+  std::string size = "unlimited";
+  std::string reserve = "5%";
+  bool disabled = false;
+};
+
+void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
+  o.cache.root = "/var/cache/epochfs";
+  cmd->add_option("--cache-dir", o.cache.root,
+                  "Local directory for cached copies (each mount uses its own subdirectory)")
+      ->default_val(o.cache.root);
+  cmd->add_option("--cache-size", flags.size,
+                  "Bytes the cache may use on disk, e.g. 300G (default: what the free-space "
+                  "reserve allows)");
+  cmd->add_option("--cache-reserve", flags.reserve,
+                  "Free space to leave on the cache filesystem, in percent")
+      ->default_val(flags.reserve);
+  cmd->add_flag("--no-cache", flags.disabled, "Read everything from the source");
+}
+
+// Fills o.cache from the flags; false (with a message) if one is malformed.
+bool apply_cache_flags(const CacheFlags& flags, MountOptions& o) {
+  if (flags.disabled) {
+    o.cache.capacity_bytes = 0;
+  } else if (flags.size != "unlimited") {
+    auto size = epochfs::tools::parse_size(flags.size);
+    if (!size) {
+      fprintf(stderr, "epochfs: --cache-size %s: expected a size such as 300G\n",
+              flags.size.c_str());
+      return false;
+    }
+    o.cache.capacity_bytes = *size;
+  }
+  auto reserve = epochfs::tools::parse_percent(flags.reserve);
+  if (!reserve) {
+    fprintf(stderr, "epochfs: --cache-reserve %s: expected a percentage such as 5%%\n",
+            flags.reserve.c_str());
+    return false;
+  }
+  o.cache.reserve_fraction = *reserve;
+  return true;
+}
+
+CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_level) {
   auto* cmd = app.add_subcommand("mount", "Mount SOURCE read-only at MOUNTPOINT");
   cmd->add_option("source", o.source, "Directory to overlay (shared storage)")->required();
   cmd->add_option("mountpoint", o.mountpoint, "Where to mount it")->required();
@@ -39,6 +83,7 @@ void add_mount_command(CLI::App& app, MountOptions& o, std::string& log_level) {
       ->allow_extra_args(false);
   cmd->add_option("--log-level", log_level, "error, warning, info or debug")
       ->check(CLI::IsMember({"error", "warning", "info", "debug"}));
+  return cmd;
 }
 
 epochfs::cachestore::LogLevel parse_level(const std::string& s) {
@@ -54,7 +99,8 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   MountOptions mount;
   std::string log_level = "info";
-  add_mount_command(app, mount, log_level);
+  CacheFlags cache_flags;
+  add_cache_options(add_mount_command(app, mount, log_level), mount, cache_flags);
 
   std::string unmount_path;
   bool lazy = false;
@@ -86,6 +132,11 @@ int run(int argc, char** argv) {
       mount.fs.negative_timeout_s = kImmutableTimeoutS;
     }
     mount.fs.entry_timeout_s = mount.fs.attr_timeout_s;
+    mount.engine.immutable = mount.fs.immutable;
+    mount.engine.attr_timeout_s = mount.fs.attr_timeout_s;
+    if (!apply_cache_flags(cache_flags, mount)) {
+      return 1;
+    }
     return epochfs::tools::cmd_mount(mount);
   }
   if (app.got_subcommand("unmount")) {

@@ -106,7 +106,7 @@ TEST_CASE("open keeps the page cache only while the file is unchanged", "[filesy
   REQUIRE(second.is_ok());
   CHECK(second.value().keep_cache);
   char buf[8] = {};
-  CHECK(::pread(second.value().handle->fd.get(), buf, sizeof(buf), 0) == 4);
+  CHECK(::pread(second.value().handle->file.fd.get(), buf, sizeof(buf), 0) == 4);
   CHECK(std::string(buf) == "data");
   // Same size, new content: ctime and mtime move, so cached pages must go.
   std::ofstream(f.base / "src" / "file") << "DATA";

@@ -33,7 +33,8 @@ TEST_CASE("mount daemonizes once the mount is ready, unmount ends it", "[mount][
   TempDir dir;
   make_small_source(dir / "src");
   fs::create_directories(dir / "mnt");
-  const CommandResult mounted = run_epochfs({"mount", dir / "src", dir / "mnt"});
+  const CommandResult mounted =
+      run_epochfs({"mount", dir / "src", dir / "mnt", "--cache-dir", dir / "cache"});
   REQUIRE(mounted.exit_code == 0);
   // Usable the moment the command returns.
   CHECK(read_file(dir / "mnt/hello.txt") == "hello");
@@ -96,7 +97,8 @@ TEST_CASE("mount refuses a mountpoint that is already mounted", "[mount][lifecyc
   TempDir dir;
   make_small_source(dir / "src");
   Mount mount(dir / "src", dir / "mnt");
-  const CommandResult r = run_epochfs({"mount", dir / "src", mount.path()});
+  const CommandResult r =
+      run_epochfs({"mount", dir / "src", mount.path(), "--cache-dir", dir / "cache"});
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "already a mount point"));
   CHECK(read_file(mount / "hello.txt") == "hello");
@@ -140,13 +142,15 @@ TEST_CASE("a mount left by a killed daemon is reported and recoverable", "[mount
   struct stat st;
   CHECK(::stat(mount.path().c_str(), &st) == -1);
   CHECK(errno == ENOTCONN);
-  const CommandResult again = run_epochfs({"mount", dir / "src", mount.path()});
+  const CommandResult again =
+      run_epochfs({"mount", dir / "src", mount.path(), "--cache-dir", dir / "cache"});
   CHECK(again.exit_code == 1);
   CHECK(contains(again.output, "epochfs unmount --lazy"));
   CHECK(run_epochfs({"unmount", "--lazy", mount.path()}).exit_code == 0);
   CHECK_FALSE(is_mounted(mount.path()));
   // And it mounts again.
-  CHECK(run_epochfs({"mount", dir / "src", mount.path()}).exit_code == 0);
+  CHECK(run_epochfs({"mount", dir / "src", mount.path(), "--cache-dir", dir / "cache"}).exit_code ==
+        0);
   CHECK(read_file(mount / "hello.txt") == "hello");
   CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
 }

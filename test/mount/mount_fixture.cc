@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <catch2/catch.hpp>
@@ -55,6 +56,11 @@ Mount::Mount(const std::string& source, const std::string& mountpoint,
   fs::create_directories(mountpoint_);
   std::vector<std::string> argv = {EPOCHFS_BINARY, "mount", "--foreground", source, mountpoint};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  // Keep the cache inside the test's scratch space, not in the system default.
+  if (std::find(argv.begin(), argv.end(), "--cache-dir") == argv.end()) {
+    argv.push_back("--cache-dir");
+    argv.push_back(mountpoint_ + ".cache");
+  }
   pid_ = tools::spawn(argv);
   REQUIRE(pid_ > 0);
   if (!tools::wait_for_mount(mountpoint_, "fuse.epochfs", pid_, kMountTimeout)) {

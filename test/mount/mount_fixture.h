@@ -36,6 +36,7 @@ class TempDir {
 class Mount {
  public:
   // Mounts source at mountpoint (created if missing) with extra `epochfs mount` arguments.
+  // The cache goes to mountpoint + ".cache" unless extra_args name a --cache-dir.
   Mount(const std::string& source, const std::string& mountpoint,
         const std::vector<std::string>& extra_args = {});
   ~Mount();
@@ -47,6 +48,8 @@ class Mount {
   std::string operator/(const std::string& name) const { return mountpoint_ + "/" + name; }
 
   pid_t pid() const { return pid_; }
+
+  std::string cache_root() const { return mountpoint_ + ".cache"; }
 
   // Waits for the daemon to exit (after an unmount or a signal) and returns its exit code.
   std::optional<int> wait_exit();

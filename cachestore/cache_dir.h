@@ -1,0 +1,59 @@
+// CacheDir: one mount's directory inside the cache root, and its lifecycle.
+//
+// Layout: <root>/<source-hash>.<pid>/ holds a `lock` file (flock'ed for the mount's life) and
+// the cached copies under two levels of fan-out: ab/cd/<32 hex digits of XXH128(path)>. A
+// directory whose lock can be taken belongs to a dead mount: the next mount of the same source
+// removes it. Nothing else in the root is ever touched. See docs/cache-format.md.
+//
+// Thread-safety: immutable after create(); all methods may be called concurrently.
+#pragma once
+
+#include <sys/statvfs.h>
+
+#include <memory>
+#include <string>
+
+#include "cachestore/status.h"
+#include "cachestore/unique_fd.h"
+
+namespace epochfs::cachestore {
+
+class CacheDir {
+ public:
+  // Creates root with mode 0700 if missing, removes directories left by dead mounts of the
+  // same source, then creates and locks this mount's directory.
+  static Result<std::unique_ptr<CacheDir>> create(const std::string& root,
+                                                  const std::string& source_key);
+
+  // Removes this mount's directory and everything in it.
+  ~CacheDir();
+  CacheDir(const CacheDir&) = delete;
+  CacheDir& operator=(const CacheDir&) = delete;
+
+  // The object name of a source file (its path relative to the source root):
+  // "ab/cd/<32 hex>". Pure; the same on every mount.
+  static std::string object_name(const std::string& source_path);
+
+  // Creates the fan-out directories above name if missing.
+  Status make_parents(const std::string& name) const;
+
+  int fd() const { return dir_fd_.get(); }
+
+  const std::string& path() const { return path_; }
+
+  Result<struct statvfs> statfs() const;
+
+  // Number of leftover directories removed by create(). For tests and the log.
+  int leftovers_removed() const { return leftovers_removed_; }
+
+ private:
+  CacheDir(std::string path, UniqueFd dir_fd, UniqueFd lock_fd)
+      : path_(std::move(path)), dir_fd_(std::move(dir_fd)), lock_fd_(std::move(lock_fd)) {}
+
+  std::string path_;
+  UniqueFd dir_fd_;
+  UniqueFd lock_fd_;  // flock'ed: proves to other mounts that this directory is alive
+  int leftovers_removed_ = 0;
+};
+
+}  // namespace epochfs::cachestore

@@ -1,0 +1,402 @@
+#include "cachestore/cache_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include <xxhash.h>
+
+#include "cachestore/log.h"
+
+namespace epochfs::cachestore {
+namespace {
+
+// How long staging stays off after a cache-disk fault before it is tried again. Short for a
+// full disk (space comes back as files are evicted or others delete theirs), longer for I/O
+// errors (a sick disk should not be hammered).
+constexpr int64_t kNoSpaceBackoffNs = 2'000'000'000;
+constexpr int64_t kIoErrorBackoffNs = 30'000'000'000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_no_space(int err) { return err == ENOSPC || err == EDQUOT; }
+
+std::string temp_name_for(const std::string& final_name) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return final_name + ".tmp." + std::to_string(rng() % 1000000000);
+}
+
+}  // namespace
+
+// --- Staging ---------------------------------------------------------------------------------
+
+Staging::~Staging() {
+  if (store_ != nullptr) {
+    store_->abort(std::move(*this), 0);
+  }
+}
+
+Staging::Staging(Staging&& other) noexcept
+    : store_(std::exchange(other.store_, nullptr)),
+      id_(other.id_),
+      size_(other.size_),
+      fd_(std::move(other.fd_)),
+      temp_name_(std::move(other.temp_name_)),
+      final_name_(std::move(other.final_name_)) {}
+
+Staging& Staging::operator=(Staging&& other) noexcept {
+  if (this != &other) {
+    if (store_ != nullptr) {
+      store_->abort(std::move(*this), 0);
+    }
+    store_ = std::exchange(other.store_, nullptr);
+    id_ = other.id_;
+    size_ = other.size_;
+    fd_ = std::move(other.fd_);
+    temp_name_ = std::move(other.temp_name_);
+    final_name_ = std::move(other.final_name_);
+  }
+  return *this;
+}
+
+// --- CacheStore ------------------------------------------------------------------------------
+
+Result<std::unique_ptr<CacheStore>> CacheStore::open(const CacheOptions& options,
+                                                     std::unique_ptr<EvictionPolicy> policy) {
+  auto dir = CacheDir::create(options.root, options.source_key);
+  if (!dir.is_ok()) {
+    return dir.status();
+  }
+  auto fs = dir.value()->statfs();
+  // Charge in the filesystem's allocation unit; 4 KiB if it reports none.
+  const uint64_t block = fs.is_ok() && fs.value().f_frsize > 0 ? fs.value().f_frsize : 4096;
+  return std::unique_ptr<CacheStore>(
+      new CacheStore(options, std::move(dir).value(), std::move(policy), block));
+}
+
+CacheStore::CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> dir,
+                       std::unique_ptr<EvictionPolicy> policy, uint64_t block_bytes)
+    : options_(options), dir_(std::move(dir)), block_bytes_(block_bytes) {
+  MutexLock lock(mu_);
+  policy_ = std::move(policy);
+}
+
+CacheStore::~CacheStore() = default;
+
+uint64_t CacheStore::charge_for(uint64_t size) const {
+  const uint64_t blocks = std::max<uint64_t>(1, (size + block_bytes_ - 1) / block_bytes_);
+  return blocks * block_bytes_;
+}
+
+// The capacity, lowered so that the cache filesystem keeps its free-space reserve. A statvfs
+// that reports no blocks (some FUSE and network filesystems) gives no information, so it
+// does not shrink the capacity; inode counts are not used (f_files = 0 on btrfs, tmpfs).
+uint64_t CacheStore::effective_capacity() {
+  auto fs = dir_->statfs();
+  uint64_t used;
+  {
+    MutexLock lock(mu_);
+    used = used_bytes_;
+  }
+  if (!fs.is_ok() || fs.value().f_blocks == 0) {
+    return options_.capacity_bytes;
+  }
+  const auto& st = fs.value();
+  const uint64_t unit = st.f_frsize > 0 ? st.f_frsize : st.f_bsize;
+  const uint64_t total = st.f_blocks * unit;
+  const uint64_t avail = st.f_bavail * unit;
+  const auto reserve =
+      static_cast<uint64_t>(static_cast<double>(total) * options_.reserve_fraction);
+  const uint64_t room = avail > reserve ? avail - reserve : 0;
+  return std::min(options_.capacity_bytes, used + room);
+}
+
+bool CacheStore::staging_suspended() {
+  MutexLock lock(mu_);
+  if (suspended_until_ns_ == 0) {
+    return false;
+  }
+  if (now_ns() >= suspended_until_ns_) {
+    suspended_until_ns_ = 0;
+    log(LogLevel::kInfo, "cache: staging resumed in %s", dir_->path().c_str());
+    return false;
+  }
+  ++counters_.skipped_suspended;
+  return true;
+}
+
+void CacheStore::note_fault(int err) {
+  const bool no_space = is_no_space(err);
+  bool first;
+  {
+    MutexLock lock(mu_);
+    no_space ? ++counters_.errors_no_space : ++counters_.errors_io;
+    first = suspended_until_ns_ == 0;
+    suspended_until_ns_ = now_ns() + (no_space ? kNoSpaceBackoffNs : kIoErrorBackoffNs);
+  }
+  if (first) {
+    log(LogLevel::kWarning, "cache: %s; serving from the source and pausing staging",
+        Status::error(err, dir_->path()).to_string().c_str());
+  }
+}
+
+void CacheStore::mark_removing(FileId id, Entry& e, std::vector<Removal>& out) {
+  e.state = State::kRemoving;
+  policy_->removed(id);
+  out.push_back(Removal{id, e.name});
+}
+
+void CacheStore::finish_removals(const std::vector<Removal>& removals) {
+  for (const auto& r : removals) {
+    // Unlinking an open copy is safe: its reader keeps the inode until it closes.
+    if (::unlinkat(dir_->fd(), r.name.c_str(), 0) != 0 && errno != ENOENT) {
+      note_fault(errno);
+    }
+  }
+  MutexLock lock(mu_);
+  for (const auto& r : removals) {
+    auto it = entries_.find(r.id);
+    if (it != entries_.end() && it->second.state == State::kRemoving) {
+      used_bytes_ -= it->second.charge;
+      entries_.erase(it);
+    }
+  }
+}
+
+// Charges `charge` for id, evicting unpinned ready files as needed. False if it cannot fit.
+bool CacheStore::reserve(FileId id, const std::string& name, uint64_t size, uint64_t charge) {
+  while (true) {
+    const uint64_t capacity = effective_capacity();
+    std::vector<Removal> removals;
+    {
+      MutexLock lock(mu_);
+      if (entries_.count(id) != 0 || !policy_->admit(id)) {
+        return false;
+      }
+      if (used_bytes_ + charge <= capacity) {
+        used_bytes_ += charge;
+        entries_.emplace(id, Entry{State::kStaging, false, 0, size, charge, {}, 0, name});
+        ++counters_.staging_now;
+        return true;
+      }
+      auto victim = policy_->choose_victim([this](FileId v) {
+        auto it = entries_.find(v);
+        return it != entries_.end() && it->second.state == State::kReady && it->second.pins == 0;
+      });
+      if (!victim || charge > capacity) {
+        ++counters_.skipped_no_room;
+        return false;
+      }
+      ++counters_.evictions;
+      mark_removing(*victim, entries_.at(*victim), removals);
+    }
+    finish_removals(removals);
+  }
+}
+
+std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path,
+                                                 uint64_t size) {
+  if (staging_suspended()) {
+    return std::nullopt;
+  }
+  const std::string name = CacheDir::object_name(path);
+  if (!reserve(id, name, size, charge_for(size))) {
+    return std::nullopt;
+  }
+  Staging s;
+  s.store_ = this;
+  s.id_ = id;
+  s.size_ = size;
+  s.final_name_ = name;
+  s.temp_name_ = temp_name_for(name);
+  Status made = dir_->make_parents(name);
+  if (made.is_ok()) {
+    s.fd_.reset(
+        ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  }
+  if (!made.is_ok() || !s.fd_.valid()) {
+    const int err = made.is_ok() ? errno : made.error_code();
+    s.temp_name_.clear();  // nothing to unlink
+    abort(std::move(s), err);
+    return std::nullopt;
+  }
+  return s;
+}
+
+Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t hash) {
+  staging.fd_.reset();
+  if (::renameat(dir_->fd(), staging.temp_name_.c_str(), dir_->fd(), staging.final_name_.c_str()) !=
+      0) {
+    const int err = errno;
+    abort(std::move(staging), err);
+    return Status::error(err, "rename into " + dir_->path());
+  }
+  staging.store_ = nullptr;  // committed: the destructor must not abort
+  MutexLock lock(mu_);
+  Entry& e = entries_.at(staging.id_);
+  e.state = State::kReady;
+  e.version = version;
+  e.hash = hash;
+  --counters_.staging_now;
+  ++counters_.files_staged;
+  counters_.bytes_staged += e.size;
+  policy_->inserted(staging.id_);
+  return Status::ok();
+}
+
+void CacheStore::abort(Staging staging, int err) {
+  staging.store_ = nullptr;
+  staging.fd_.reset();
+  if (!staging.temp_name_.empty()) {
+    ::unlinkat(dir_->fd(), staging.temp_name_.c_str(), 0);
+  }
+  if (err != 0) {
+    note_fault(err);
+  }
+  MutexLock lock(mu_);
+  auto it = entries_.find(staging.id_);
+  if (it != entries_.end() && it->second.state == State::kStaging) {
+    used_bytes_ -= it->second.charge;
+    entries_.erase(it);
+    --counters_.staging_now;
+    ++counters_.staging_aborted;
+  }
+}
+
+void CacheStore::drop_locked(FileId id, bool damaged, std::vector<Removal>& out) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second.state != State::kReady) {
+    return;
+  }
+  damaged ? ++counters_.dropped_damaged : ++counters_.dropped_stale;
+  if (it->second.pins > 0) {
+    it->second.doomed = true;
+    return;
+  }
+  mark_removing(id, it->second, out);
+}
+
+std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& version) {
+  std::string name;
+  uint64_t size = 0;
+  std::vector<Removal> removals;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
+      return std::nullopt;
+    }
+    if (it->second.version == version) {
+      ++it->second.pins;
+      policy_->accessed(id);
+      name = it->second.name;
+      size = it->second.size;
+    } else {
+      drop_locked(id, false, removals);
+    }
+  }
+  if (name.empty()) {
+    finish_removals(removals);
+    return std::nullopt;
+  }
+  // The copy must still be what we wrote: present and of the right size. (Its hash is checked
+  // where docs/cache-format.md says.)
+  UniqueFd fd(::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st;
+  if (fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) {
+    return fd;
+  }
+  log(LogLevel::kWarning, "cache: copy %s is missing or damaged; refetching", name.c_str());
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end()) {
+      it->second.doomed = true;
+      ++counters_.dropped_damaged;
+    }
+  }
+  unpin(id);
+  return std::nullopt;
+}
+
+void CacheStore::unpin(FileId id) {
+  std::vector<Removal> removals;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end() || it->second.pins == 0) {
+      return;
+    }
+    if (--it->second.pins == 0 && it->second.doomed) {
+      mark_removing(id, it->second, removals);
+    }
+  }
+  finish_removals(removals);
+}
+
+void CacheStore::drop(FileId id) {
+  std::vector<Removal> removals;
+  {
+    MutexLock lock(mu_);
+    drop_locked(id, false, removals);
+  }
+  finish_removals(removals);
+}
+
+CacheStats CacheStore::stats() const {
+  MutexLock lock(mu_);
+  CacheStats s = counters_;
+  s.capacity_bytes = options_.capacity_bytes;
+  s.used_bytes = used_bytes_;
+  s.files_ready = policy_->size();
+  return s;
+}
+
+// --- Copying ---------------------------------------------------------------------------------
+
+Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault) {
+  // 1 MiB: a typical sample (~110 KB) in one read and one write.
+  thread_local std::vector<char> buf(1 << 20);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  uint64_t off = 0;
+  Status failure;
+  *cache_fault = false;
+  while (off < staging.size() && failure.is_ok()) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), staging.size() - off));
+    const ssize_t n = ::pread(source_fd, buf.data(), want, static_cast<off_t>(off));
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      failure = Status::error(n < 0 ? errno : EIO, "read source for staging");
+      break;
+    }
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
+    for (ssize_t done = 0; done < n && failure.is_ok();) {
+      const ssize_t w = ::write(staging.fd(), buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno != EINTR) {
+        failure = Status::error(errno, "write cache copy");
+        *cache_fault = true;
+      }
+      done += std::max<ssize_t>(w, 0);
+    }
+    off += static_cast<uint64_t>(n);
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (!failure.is_ok()) {
+    return failure;
+  }
+  return hash;
+}
+
+}  // namespace epochfs::cachestore

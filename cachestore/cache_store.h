@@ -1,0 +1,190 @@
+// CacheStore: whole-file copies of source files on local disk, bounded and always correct.
+// The front door of the cachestore module.
+//
+// Goal: serve later reads of a file from local disk, never exceed the byte capacity, and
+// never serve a partial, stale or damaged copy.
+//
+// Entries, keyed by the dense FileId the prefetch engine assigns:
+//   (absent) --begin_staging--> kStaging --commit--> kReady --evict/drop--> kRemoving --> absent
+//                                   \--abort--> absent
+// kStaging holds a reservation: capacity is charged before the first byte is copied, so the
+// sum of charges (ready + staging + being removed) is at most the capacity at every moment,
+// however many copies run at once. A charge is the file's size rounded up to the cache
+// filesystem's block size, at least one block, since disk usage (what du shows) is what must
+// stay under the cap, and small files dominate training sets.
+//
+// Staging writes a temporary file next to its final name, renames it into place, then marks
+// the entry ready: a reader never sees a partial file. Nothing is fsync'ed: the cache is
+// disposable (dropped at unmount), and an fsync per file would cap staging at the disk's sync
+// rate.
+//
+// Readers pin entries (open_copy .. unpin); eviction skips pinned entries, so the disk space
+// of an open copy is never counted as free. A copy found stale (version differs) or damaged
+// (missing, wrong size) is dropped; if pinned, it is removed when the last reader unpins.
+//
+// Room is made by asking the EvictionPolicy for victims. A victim moves to kRemoving (still
+// charged), is unlinked with no lock held, and only then uncharged.
+//
+// Cache-disk faults (ENOSPC, EDQUOT, EIO, EROFS) while staging suspend staging for a while;
+// reads fall back to the source, which the caller does on any nullopt.
+//
+// Thread-safety: every public method may be called from any thread. mu_ is a leaf lock held
+// for index and accounting work only, never across a syscall.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cachestore/cache_dir.h"
+#include "cachestore/eviction_policy.h"
+#include "cachestore/file_version.h"
+#include "cachestore/status.h"
+#include "cachestore/sync.h"
+#include "cachestore/unique_fd.h"
+
+namespace epochfs::cachestore {
+
+struct CacheOptions {
+  std::string root;                      // --cache-dir
+  std::string source_key;                // the source's absolute path
+  uint64_t capacity_bytes = UINT64_MAX;  // --cache-size
+  double reserve_fraction = 0.05;        // --cache-reserve: free space kept on the cache fs
+};
+
+// Counters since the mount. Plain values; a snapshot.
+struct CacheStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // charged: ready + staging + being removed
+  uint64_t files_ready = 0;
+  uint64_t staging_now = 0;
+  uint64_t files_staged = 0;
+  uint64_t bytes_staged = 0;
+  uint64_t staging_aborted = 0;  // source changed or unreadable during the copy
+  uint64_t evictions = 0;
+  uint64_t dropped_stale = 0;
+  uint64_t dropped_damaged = 0;
+  uint64_t skipped_no_room = 0;    // staging refused: everything pinned or too big
+  uint64_t skipped_suspended = 0;  // staging refused: suspended after a cache-disk fault
+  uint64_t errors_no_space = 0;    // ENOSPC, EDQUOT
+  uint64_t errors_io = 0;          // EIO, EROFS and any other cache-disk error
+};
+
+class CacheStore;
+
+// A copy in progress: a temporary file in the cache directory and a capacity reservation.
+// Move-only; abandoning it (destruction without commit) aborts the copy.
+class Staging {
+ public:
+  Staging() = default;
+  ~Staging();
+  Staging(Staging&& other) noexcept;
+  Staging& operator=(Staging&& other) noexcept;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  FileId id() const { return id_; }
+
+  int fd() const { return fd_.get(); }
+
+  uint64_t size() const { return size_; }
+
+ private:
+  friend class CacheStore;
+
+  CacheStore* store_ = nullptr;
+  FileId id_ = 0;
+  uint64_t size_ = 0;
+  UniqueFd fd_;
+  std::string temp_name_;
+  std::string final_name_;
+};
+
+class CacheStore {
+ public:
+  static Result<std::unique_ptr<CacheStore>> open(const CacheOptions& options,
+                                                  std::unique_ptr<EvictionPolicy> policy);
+  ~CacheStore();
+  CacheStore(const CacheStore&) = delete;
+  CacheStore& operator=(const CacheStore&) = delete;
+
+  // A ready copy of id at exactly `version`, pinned, as an fd to read; nullopt on a miss.
+  // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
+  std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
+  void unpin(FileId id);
+
+  // Starts a copy of id (source path `path`, `size` bytes): reserves capacity, evicting
+  // unpinned files if needed, and creates the temporary file. nullopt if id is already cached
+  // or staging, the policy does not admit it, there is no room, or staging is suspended.
+  std::optional<Staging> begin_staging(FileId id, const std::string& path, uint64_t size);
+
+  // Publishes a finished copy of `version` with content hash `hash`.
+  Status commit(Staging staging, const FileVersion& version, uint64_t hash);
+
+  // Abandons a copy. err: the cache-disk errno that stopped it (suspends staging for ENOSPC,
+  // EDQUOT, EIO, EROFS), or 0 when the source changed or failed.
+  void abort(Staging staging, int err);
+
+  // Drops id's copy (the source changed or the copy is damaged).
+  void drop(FileId id);
+
+  CacheStats stats() const;
+
+  const std::string& path() const { return dir_->path(); }
+
+ private:
+  enum class State : uint8_t { kStaging, kReady, kRemoving };
+
+  struct Entry {
+    State state;
+    bool doomed = false;  // remove when the last pin goes
+    uint32_t pins = 0;
+    uint64_t size = 0;
+    uint64_t charge = 0;
+    FileVersion version;
+    uint64_t hash = 0;
+    std::string name;  // object name in the cache directory
+  };
+
+  // A file to unlink once the lock is released, then uncharge.
+  struct Removal {
+    FileId id;
+    std::string name;
+  };
+
+  CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> dir,
+             std::unique_ptr<EvictionPolicy> policy, uint64_t block_bytes);
+
+  uint64_t charge_for(uint64_t size) const;
+  uint64_t effective_capacity();
+  bool reserve(FileId id, const std::string& name, uint64_t size, uint64_t charge);
+  void mark_removing(FileId id, Entry& e, std::vector<Removal>& out) REQUIRES(mu_);
+  void finish_removals(const std::vector<Removal>& removals);
+  void note_fault(int err);
+  bool staging_suspended();
+  void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
+
+  // Dependencies and constant data.
+  const CacheOptions options_;
+  const std::unique_ptr<CacheDir> dir_;
+  const uint64_t block_bytes_;
+
+  // Mutable state.
+  mutable Mutex mu_;
+  std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  std::unordered_map<FileId, Entry> entries_ GUARDED_BY(mu_);
+  uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  CacheStats counters_ GUARDED_BY(mu_);
+  int64_t suspended_until_ns_ GUARDED_BY(mu_) = 0;
+};
+
+// Copies staging.size() bytes from source_fd (from offset 0) into staging's file and returns
+// their XXH3-64 hash. Fails with EIO if the source ends early. On failure *cache_fault says
+// whether the cache disk (write) or the source (read) failed.
+Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault);
+
+}  // namespace epochfs::cachestore

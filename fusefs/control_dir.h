@@ -1,0 +1,41 @@
+// The control directory: <mount>/.epochfs, a virtual directory for talking to the daemon.
+//
+// It is found by lookup but not listed by readdir of the root, so `ls` and dataset scanners
+// never see it. A real ".epochfs" in the source is shadowed. Today it holds `stats`, a
+// read-only JSON snapshot taken when the file is opened (docs/stats.md). Its nodes have fixed
+// ids far above any the InodeTable hands out, and the kernel's references to them need no
+// counting: they live as long as the mount.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fusefs/inode_table.h"
+#include "prefetch/engine.h"
+
+namespace epochfs::fusefs {
+
+inline constexpr char kControlDirName[] = ".epochfs";
+inline constexpr InodeId kControlDirId = InodeId{1} << 62;
+inline constexpr InodeId kStatsFileId = kControlDirId + 1;
+
+inline bool is_control(InodeId id) { return id >= kControlDirId; }
+
+// The control node named `name` in directory `parent`, if there is one.
+std::optional<InodeId> control_lookup(InodeId parent, std::string_view name);
+
+// Attributes of a control node. uid/gid: the daemon's.
+struct stat control_attr(InodeId id);
+
+// The names in the control directory.
+inline constexpr const char* kControlEntries[] = {"stats"};
+
+// The JSON document served as .epochfs/stats.
+std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid);
+
+}  // namespace epochfs::fusefs

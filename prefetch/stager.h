@@ -1,0 +1,44 @@
+// Stager: runs copies into the cache on a bounded pool of blocking I/O threads.
+//
+// Copies never run on FUSE worker threads: a slow source read must not hold a thread the
+// kernel needs for foreground requests. The number of copies queued or running is bounded;
+// a copy beyond the bound is dropped (a copy is a hint: the reader is already served from
+// the source). Boost 1.74's Asio has no file I/O, so the pool's threads simply block in
+// pread/write (STYLE.md section 5).
+//
+// Shutdown: shutdown() (or the destructor) drops queued copies, waits for running ones, and
+// joins every thread. No thread is detached.
+//
+// Thread-safety: try_submit and pending may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+
+#include <boost/asio/thread_pool.hpp>
+
+namespace epochfs::prefetch {
+
+class Stager {
+ public:
+  Stager(unsigned threads, unsigned max_pending);
+  ~Stager();
+  Stager(const Stager&) = delete;
+  Stager& operator=(const Stager&) = delete;
+
+  // Queues job unless max_pending jobs are already queued or running. False if dropped.
+  bool try_submit(std::function<void()> job);
+
+  unsigned pending() const { return pending_.load(std::memory_order_relaxed); }
+
+  void shutdown();
+
+ private:
+  const unsigned max_pending_;
+  // Relaxed: only a bound on queue length; an off-by-one at the edge drops or keeps one hint.
+  std::atomic<unsigned> pending_{0};
+  std::atomic<bool> stopping_{false};
+  boost::asio::thread_pool pool_;
+};
+
+}  // namespace epochfs::prefetch
