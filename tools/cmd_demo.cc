@@ -44,17 +44,6 @@ ReadFigures median(std::vector<ReadFigures> runs) {
   return runs[runs.size() / 2];
 }
 
-// Writes back dirty pages and drops clean ones, so the next pass reads from the disk.
-bool drop_page_cache() {
-  sync();
-  FILE* f = fopen("/proc/sys/vm/drop_caches", "w");
-  if (f == nullptr) {
-    return false;
-  }
-  const bool ok = fputs("3", f) >= 0;
-  return fclose(f) == 0 && ok;
-}
-
 ReadFigures one_pass(const std::string& root, const std::vector<std::string>& paths,
                      unsigned threads, bool cold) {
   if (cold && !drop_page_cache()) {

@@ -5,10 +5,45 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <fstream>
+#include <thread>
+
 #include "tools/commands.h"
 #include "tools/mount_table.h"
+#include "tools/stats_doc.h"
 
 namespace epochfs::tools {
+namespace {
+
+// Removing a large cache directory takes a while; a daemon still busy after this long is
+// left to finish on its own.
+constexpr auto kDaemonExitWait = std::chrono::seconds(120);
+
+// True while pid runs. An exited child its parent has not reaped yet (a zombie) has done
+// everything it will do, so it counts as gone.
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) {
+    return false;
+  }
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
+void wait_for_daemon(pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + kDaemonExitWait;
+  while (running(pid)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      fprintf(stderr, "epochfs: unmounted; the daemon (pid %d) is still cleaning up\n", pid);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
 
 int cmd_unmount(const std::string& path, bool lazy) {
   const std::string mountpoint = absolute_path(path);
@@ -22,7 +57,13 @@ int cmd_unmount(const std::string& path, bool lazy) {
             type->c_str());
     return 1;
   }
+  // The daemon's pid, to wait for it: it removes its cache directory on the way out.
+  auto stats = read_stats(mountpoint);
+  auto pid = stats ? stats->number("pid") : std::nullopt;
   if (umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) == 0) {
+    if (!lazy && pid) {
+      wait_for_daemon(static_cast<pid_t>(*pid));
+    }
     return 0;
   }
   const int err = errno;

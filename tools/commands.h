@@ -11,7 +11,11 @@ namespace epochfs::tools {
 
 int cmd_mount(fusefs::MountOptions options);
 
+// Unmounts; unless lazy, waits for the daemon to exit, so its cache directory is gone when
+// this returns.
 int cmd_unmount(const std::string& mountpoint, bool lazy);
+
+int cmd_stats(const std::string& mountpoint, bool json);
 
 struct DemoOptions {
   std::string dir;  // work dir; a fresh temporary one if empty

@@ -108,6 +108,12 @@ int run(int argc, char** argv) {
   unmount->add_option("mountpoint", unmount_path)->required();
   unmount->add_flag("-l,--lazy", lazy, "Detach now; finish when the last file is closed");
 
+  std::string stats_path;
+  bool stats_json = false;
+  auto* stats = app.add_subcommand("stats", "Show a mount's statistics");
+  stats->add_option("mountpoint", stats_path)->required();
+  stats->add_flag("--json", stats_json, "Print the raw JSON document");
+
   epochfs::tools::DemoOptions demo;
   auto* demo_cmd = app.add_subcommand("demo", "Read a sample dataset through a mount and directly");
   demo_cmd->add_option("--dir", demo.dir, "Work directory (default: a new temporary one)");
@@ -138,6 +144,9 @@ int run(int argc, char** argv) {
       return 1;
     }
     return epochfs::tools::cmd_mount(mount);
+  }
+  if (app.got_subcommand("stats")) {
+    return epochfs::tools::cmd_stats(stats_path, stats_json);
   }
   if (app.got_subcommand("unmount")) {
     return epochfs::tools::cmd_unmount(unmount_path, lazy);

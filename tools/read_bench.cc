@@ -33,6 +33,12 @@ int64_t read_whole(const std::string& path, std::vector<char>& buf) {
 
 }  // namespace
 
+bool drop_page_cache() {
+  ::sync();
+  cachestore::UniqueFd fd(::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC));
+  return fd.valid() && ::write(fd.get(), "3", 1) == 1;
+}
+
 ReadFigures read_files(const std::string& root, const std::vector<std::string>& paths,
                        unsigned threads) {
   std::atomic<size_t> next{0};

@@ -18,6 +18,10 @@ struct ReadFigures {
   double mb_per_s() const { return seconds > 0 ? bytes / seconds / 1e6 : 0; }
 };
 
+// Writes back dirty pages and drops clean ones (needs root), so the next read of any file
+// reaches its filesystem: the daemon, for a FUSE mount.
+bool drop_page_cache();
+
 // Reads root/paths[i] for every i, each file whole, spread over `threads` threads.
 ReadFigures read_files(const std::string& root, const std::vector<std::string>& paths,
                        unsigned threads);

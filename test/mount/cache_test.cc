@@ -1,0 +1,296 @@
+// The local-disk cache seen through a real mount: hits, the capacity, coherence with the
+// source, damaged copies, a full cache disk and the cache directory's lifecycle. Every byte
+// read is checked against the source.
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "test/mount/mount_fixture.h"
+#include "test/mount/source_tree.h"
+#include "tools/dataset.h"
+#include "tools/read_bench.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+double stat_of(const Mount& mount, const std::string& key) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  auto v = doc->number(key);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+// Waits until no copy is in flight (staging is asynchronous).
+void wait_for_staging(const Mount& mount) {
+  for (int i = 0; i < 500 && stat_of(mount, "cache.copies_in_flight") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(stat_of(mount, "cache.copies_in_flight") == 0);
+}
+
+// Bytes the files under dir occupy on disk (what du counts).
+uint64_t disk_usage(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st;
+    if (e.is_regular_file() && ::lstat(e.path().c_str(), &st) == 0) {
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return total;
+}
+
+// Files under dir other than the lock file: the cached copies.
+std::vector<std::string> cached_objects(const std::string& cache_root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(cache_root)) {
+    if (e.is_regular_file() && e.path().filename() != "lock") {
+      out.push_back(e.path().string());
+    }
+  }
+  return out;
+}
+
+void write_files(const std::string& root, int count, uint64_t size, uint32_t version = 1) {
+  fs::create_directories(root);
+  for (int i = 0; i < count; ++i) {
+    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, version, size).is_ok());
+  }
+}
+
+void check_same(const std::string& a, const std::string& b) {
+  auto x = tools::file_digest(a);
+  auto y = tools::file_digest(b);
+  REQUIRE(x.is_ok());
+  REQUIRE(y.is_ok());
+  CHECK(x.value() == y.value());
+}
+
+}  // namespace
+
+TEST_CASE("a second read of a file is a cache hit with the right bytes", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 20, 110000);
+  Mount mount(dir / "src", dir / "mnt");
+  for (int i = 0; i < 20; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "misses") == 20);
+  CHECK(stat_of(mount, "cache.files_cached") == 20);
+  REQUIRE(tools::drop_page_cache());
+  for (int i = 0; i < 20; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+  }
+  CHECK(stat_of(mount, "hits") == 20);
+  CHECK(stat_of(mount, "bytes_from_cache") == 20 * 110000);
+}
+
+TEST_CASE("a dataset 3x the cache keeps usage under the capacity", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 60, 100000);  // ~6 MB
+  const uint64_t capacity = 2 << 20;
+  Mount mount(dir / "src", dir / "mnt", {"--cache-size", "2M", "--cache-reserve", "0"});
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int i = 0; i < 60; ++i) {
+      check_same(mount / ("f" + std::to_string((i * 7 + pass) % 60)),
+                 dir / ("src/f" + std::to_string((i * 7 + pass) % 60)));
+      CHECK(stat_of(mount, "cache.used_bytes") <= capacity);
+    }
+    wait_for_staging(mount);
+    CHECK(disk_usage(mount.cache_root()) <= capacity + 4096);  // + the lock file
+    REQUIRE(tools::drop_page_cache());
+  }
+  CHECK(stat_of(mount, "cache.evictions") > 0);
+  CHECK(stat_of(mount, "hits") > 0);
+}
+
+TEST_CASE("a same-size rewrite of the source is never served stale", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 50000);
+  // --attr-timeout 0: every open checks the source, so no consistency window is allowed.
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "0"});
+  for (uint32_t version = 2; version < 60; ++version) {
+    // Read (and let it be cached), then rewrite in place with the same size.
+    check_same(mount / "f0", dir / "src/f0");
+    if (version % 3 == 0) {
+      wait_for_staging(mount);
+    }
+    REQUIRE(tools::write_content_file(dir / "src/f0", 0, version, 50000).is_ok());
+    check_same(mount / "f0", dir / "src/f0");
+  }
+  CHECK(stat_of(mount, "cache.dropped_stale") > 0);
+}
+
+TEST_CASE("a rewrite is seen once the attribute timeout has passed", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 50000);
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "0.2"});
+  for (uint32_t version = 2; version < 6; ++version) {
+    check_same(mount / "f0", dir / "src/f0");
+    wait_for_staging(mount);
+    REQUIRE(tools::write_content_file(dir / "src/f0", 0, version, 50000).is_ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    check_same(mount / "f0", dir / "src/f0");
+  }
+}
+
+TEST_CASE("a file deleted in the source is gone, not served from the cache", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 50000);
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "0.2"});
+  check_same(mount / "f0", dir / "src/f0");
+  wait_for_staging(mount);
+  fs::remove(dir / "src/f0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(tools::drop_page_cache());
+  errno = 0;
+  CHECK_FALSE(read_file(mount / "f0").has_value());
+  CHECK(errno == ENOENT);
+}
+
+TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 80000);
+  Mount mount(dir / "src", dir / "mnt");
+  check_same(mount / "f0", dir / "src/f0");
+  check_same(mount / "f1", dir / "src/f1");
+  wait_for_staging(mount);
+  auto objects = cached_objects(mount.cache_root());
+  REQUIRE(objects.size() == 2);
+  REQUIRE(::truncate(objects[0].c_str(), 1000) == 0);
+  REQUIRE(::unlink(objects[1].c_str()) == 0);
+  REQUIRE(tools::drop_page_cache());
+  check_same(mount / "f0", dir / "src/f0");
+  check_same(mount / "f1", dir / "src/f1");
+  CHECK(stat_of(mount, "cache.dropped_damaged") == 2);
+  // Refetched: a later read is a hit again, with the right bytes.
+  wait_for_staging(mount);
+  REQUIRE(tools::drop_page_cache());
+  const double hits = stat_of(mount, "hits");
+  check_same(mount / "f0", dir / "src/f0");
+  CHECK(stat_of(mount, "hits") == hits + 1);
+}
+
+namespace {
+
+// A small tmpfs used as the cache root; unmounted even if the test fails.
+struct SmallDisk {
+  std::string path;
+
+  SmallDisk(const std::string& p, const std::string& size) : path(p) {
+    fs::create_directories(path);
+    REQUIRE(::mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0);
+  }
+
+  ~SmallDisk() {
+    if (::umount2(path.c_str(), 0) != 0) {
+      ::umount2(path.c_str(), MNT_DETACH);
+    }
+  }
+
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 40, 100000);
+  SmallDisk disk(dir / "disk", "1m");
+  {
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path, "--cache-reserve", "0"});
+    // Another program takes most of the disk.
+    std::ofstream(disk.path + "/filler") << std::string(900 * 1024, 'x');
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = 0; i < 40; ++i) {
+        check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+      }
+      wait_for_staging(mount);
+    }
+    const double fallbacks = stat_of(mount, "cache.skipped_no_room") +
+                             stat_of(mount, "cache.errors_no_space") +
+                             stat_of(mount, "cache.skipped_suspended");
+    CHECK(fallbacks > 0);
+  }
+  fs::remove(disk.path + "/filler");
+}
+
+TEST_CASE("a cache directory left by a killed daemon is removed at the next mount",
+          "[mount][cache][lifecycle]") {
+  TempDir dir;
+  write_files(dir / "src", 5, 10000);
+  fs::create_directories(dir / "cache");
+  std::ofstream(dir / "cache/unrelated") << "keep me";
+  std::string first_dir;
+  {
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "cache"});
+    check_same(mount / "f0", dir / "src/f0");
+    wait_for_staging(mount);
+    first_dir =
+        stat_of(mount, "pid") > 0 ? tools::read_stats(mount.path())->values["cache.dir"] : "";
+    REQUIRE(fs::exists(first_dir));
+    REQUIRE(kill(mount.pid(), SIGKILL) == 0);
+    mount.wait_exit();
+    ::umount2(mount.path().c_str(), MNT_DETACH);
+  }
+  REQUIRE(fs::exists(first_dir));  // the dead daemon could not clean up
+  {
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "cache"});
+    CHECK_FALSE(fs::exists(first_dir));
+    check_same(mount / "f1", dir / "src/f1");
+    CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+    CHECK(mount.wait_exit() == 0);
+  }
+  // Unmount removed its own directory and nothing else.
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir / "cache")) {
+    left.push_back(e.path().filename());
+  }
+  CHECK(left == std::vector<std::string>{"unrelated"});
+  struct stat st;
+  REQUIRE(::stat((dir / "cache").c_str(), &st) == 0);
+}
+
+TEST_CASE("a new cache directory is private to its owner", "[mount][cache][lifecycle]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 10);
+  Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "fresh/cache"});
+  struct stat st;
+  REQUIRE(::stat((dir / "fresh/cache").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+}
+
+TEST_CASE("the control directory is reachable but not listed", "[mount][control]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 10);
+  Mount mount(dir / "src", dir / "mnt");
+  for (const auto& e : fs::directory_iterator(mount.path())) {
+    CHECK(e.path().filename() != ".epochfs");
+  }
+  std::vector<std::string> control;
+  for (const auto& e : fs::directory_iterator(mount / ".epochfs")) {
+    control.push_back(e.path().filename());
+  }
+  CHECK(control == std::vector<std::string>{"stats"});
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  CHECK(doc->number("pid") == mount.pid());
+  CHECK(doc->values.at("cache.enabled") == "true");
+  CHECK(open((mount / ".epochfs/stats").c_str(), O_WRONLY) == -1);
+}
+
+}  // namespace epochfs::test

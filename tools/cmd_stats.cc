@@ -1,0 +1,61 @@
+// `epochfs stats`: the mount's statistics as a table, or the raw JSON document.
+#include <stdio.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tools/commands.h"
+#include "tools/mount_table.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::tools {
+namespace {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_stats(const std::string& path, bool json) {
+  const std::string mountpoint = absolute_path(path);
+  std::ifstream in(mountpoint + "/.epochfs/stats");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = parse_stats(text.str());
+  if (!in || !doc) {
+    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/stats)\n",
+            mountpoint.c_str());
+    return 1;
+  }
+  if (json) {
+    fputs(text.str().c_str(), stdout);
+    return 0;
+  }
+  printf("epochfs mount %s\n", mountpoint.c_str());
+  for (const auto& [key, value] : doc->values) {
+    auto number = doc->number(key);
+    std::string shown = value;
+    if (number && key.find("bytes") != std::string::npos) {
+      shown = human_bytes(*number) + " (" + value + ")";
+    } else if (number && key == "hit_rate") {
+      char buf[16];
+      snprintf(buf, sizeof(buf), "%.1f%%", *number * 100);
+      shown = buf;
+    } else if (key == "cache.capacity_bytes" && value == "null") {
+      shown = "unlimited (free-space reserve only)";
+    }
+    printf("  %-28s %s\n", key.c_str(), shown.c_str());
+  }
+  return 0;
+}
+
+}  // namespace epochfs::tools

@@ -1,0 +1,25 @@
+// Reading the daemon's stats document (<mount>/.epochfs/stats) back: a flat view of its
+// numbers, keyed by dotted path ("cache.used_bytes"). Enough JSON for that document only:
+// objects, numbers, strings, booleans and null, no arrays.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace epochfs::tools {
+
+struct StatsDoc {
+  std::map<std::string, std::string> values;  // dotted key -> text of the value
+
+  // The value at key as a number; nullopt if absent or not a number.
+  std::optional<double> number(const std::string& key) const;
+};
+
+// Parses the document; nullopt if it is not the shape the daemon writes.
+std::optional<StatsDoc> parse_stats(const std::string& json);
+
+// Reads and parses <mountpoint>/.epochfs/stats.
+std::optional<StatsDoc> read_stats(const std::string& mountpoint);
+
+}  // namespace epochfs::tools
