@@ -3,11 +3,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -37,13 +39,24 @@ Status make_dir(const std::string& path, mode_t mode) {
   return Status::ok();
 }
 
-// True if another live mount holds dir's lock.
-bool is_alive(const std::string& dir) {
+constexpr char kBuildingPrefix[] = ".new.";
+
+// True if another live mount holds dir's lock. Only for finished directories: they are
+// renamed into place with their lock already held.
+bool lock_held(const std::string& dir) {
   UniqueFd lock(::open((dir + "/" + kLockName).c_str(), O_RDONLY | O_CLOEXEC));
   if (!lock.valid()) {
-    return false;  // no lock file: a mount that died while creating its directory
+    return false;
   }
   return ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+}
+
+// A directory still being built (".new.<prefix><pid>") has no lock yet, or one being taken;
+// probing it could steal the lock from its builder. It is dead only if its builder is.
+bool builder_alive(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  const long pid = std::strtol(name.c_str() + dot + 1, nullptr, 10);
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
 int remove_dead_leftovers(const std::string& root, const std::string& prefix) {
@@ -54,7 +67,9 @@ int remove_dead_leftovers(const std::string& root, const std::string& prefix) {
   }
   while (struct dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind(prefix, 0) == 0 && !is_alive(root + "/" + name)) {
+    const bool finished = name.rfind(prefix, 0) == 0;
+    const bool building = name.rfind(kBuildingPrefix + prefix, 0) == 0;
+    if ((finished && !lock_held(root + "/" + name)) || (building && !builder_alive(name))) {
       dead.push_back(root + "/" + name);
     }
   }
@@ -81,18 +96,32 @@ Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
   }
   const std::string prefix = source_prefix(source_key);
   const int removed = remove_dead_leftovers(root, prefix);
-  const std::string path = root + "/" + prefix + std::to_string(::getpid());
-  Status s = make_dir(path, 0700);
+  // Built under a name other mounts do not scan, locked, and only then renamed into place:
+  // a mount starting at the same moment never sees it without its lock held.
+  const std::string name = prefix + std::to_string(::getpid());
+  const std::string building = root + "/" + kBuildingPrefix + name;
+  const std::string path = root + "/" + name;
+  Status s = make_dir(building, 0700);
   if (!s.is_ok()) {
     return s;
   }
-  UniqueFd dir_fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  auto fail = [&building](const char* what) {
+    const int err = errno;
+    std::error_code ignored;
+    std::filesystem::remove_all(building, ignored);
+    return Status::error(err, what + (" " + building));
+  };
+  UniqueFd dir_fd(::open(building.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd.valid()) {
-    return Status::error(errno, "open " + path);
+    return fail("open");
   }
   UniqueFd lock_fd(::openat(dir_fd.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    return Status::error(errno, "lock " + path);
+  // Blocking: a concurrent mount may probe a finished directory's lock for an instant.
+  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX) != 0) {
+    return fail("lock");
+  }
+  if (::rename(building.c_str(), path.c_str()) != 0) {
+    return fail("rename");
   }
   auto dir = std::unique_ptr<CacheDir>(new CacheDir(path, std::move(dir_fd), std::move(lock_fd)));
   dir->leftovers_removed_ = removed;
@@ -111,11 +140,11 @@ CacheDir::~CacheDir() {
 std::string CacheDir::object_name(const std::string& source_path) {
   const XXH128_hash_t h = XXH3_128bits(source_path.data(), source_path.size());
   const std::string hex = hex64(h.high64) + hex64(h.low64);
-  return hex.substr(0, 2) + "/" + hex.substr(2, 2) + "/" + hex;
+  return hex.substr(0, 2) + "/" + hex;
 }
 
 Status CacheDir::make_parents(const std::string& name) const {
-  // name is "ab/cd/<hex>": two fan-out levels, created on first use.
+  // name is "ab/<hex>": the fan-out directory is created on first use.
   for (size_t slash = name.find('/'); slash != std::string::npos;
        slash = name.find('/', slash + 1)) {
     const std::string dir = name.substr(0, slash);

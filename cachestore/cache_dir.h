@@ -1,7 +1,10 @@
 // CacheDir: one mount's directory inside the cache root, and its lifecycle.
 //
 // Layout: <root>/<source-hash>.<pid>/ holds a `lock` file (flock'ed for the mount's life) and
-// the cached copies under two levels of fan-out: ab/cd/<32 hex digits of XXH128(path)>. A
+// the cached copies under one level of 256 fan-out directories: ab/<32 hex digits of
+// XXH128(path)>. One level keeps a directory under ~40,000 entries up to 10 million files,
+// and measured faster than two levels for cold reads of 10,000 files (fewer directory blocks
+// to read: docs/benchmarks.md). A
 // directory whose lock can be taken belongs to a dead mount: the next mount of the same source
 // removes it. Nothing else in the root is ever touched. See docs/cache-format.md.
 //
@@ -31,10 +34,10 @@ class CacheDir {
   CacheDir& operator=(const CacheDir&) = delete;
 
   // The object name of a source file (its path relative to the source root):
-  // "ab/cd/<32 hex>". Pure; the same on every mount.
+  // "ab/<32 hex>". Pure; the same on every mount.
   static std::string object_name(const std::string& source_path);
 
-  // Creates the fan-out directories above name if missing.
+  // Creates the fan-out directory above name if missing.
   Status make_parents(const std::string& name) const;
 
   int fd() const { return dir_fd_.get(); }

@@ -102,9 +102,12 @@ uint64_t CacheStore::charge_for(uint64_t size) const {
 uint64_t CacheStore::effective_capacity() {
   auto fs = dir_->statfs();
   uint64_t used;
+  uint64_t unwritten;
   {
     MutexLock lock(mu_);
     used = used_bytes_;
+    // Copies in flight are charged but not yet written: statvfs does not see them yet.
+    unwritten = staging_bytes_;
   }
   if (!fs.is_ok() || fs.value().f_blocks == 0) {
     return options_.capacity_bytes;
@@ -115,22 +118,24 @@ uint64_t CacheStore::effective_capacity() {
   const uint64_t avail = st.f_bavail * unit;
   const auto reserve =
       static_cast<uint64_t>(static_cast<double>(total) * options_.reserve_fraction);
-  const uint64_t room = avail > reserve ? avail - reserve : 0;
+  const uint64_t room = avail > reserve + unwritten ? avail - reserve - unwritten : 0;
   return std::min(options_.capacity_bytes, used + room);
 }
 
 bool CacheStore::staging_suspended() {
-  MutexLock lock(mu_);
-  if (suspended_until_ns_ == 0) {
-    return false;
-  }
-  if (now_ns() >= suspended_until_ns_) {
+  {
+    MutexLock lock(mu_);
+    if (suspended_until_ns_ == 0) {
+      return false;
+    }
+    if (now_ns() < suspended_until_ns_) {
+      ++counters_.skipped_suspended;
+      return true;
+    }
     suspended_until_ns_ = 0;
-    log(LogLevel::kInfo, "cache: staging resumed in %s", dir_->path().c_str());
-    return false;
   }
-  ++counters_.skipped_suspended;
-  return true;
+  log(LogLevel::kInfo, "cache: staging resumed in %s", dir_->path().c_str());
+  return false;
 }
 
 void CacheStore::note_fault(int err) {
@@ -155,15 +160,19 @@ void CacheStore::mark_removing(FileId id, Entry& e, std::vector<Removal>& out) {
 }
 
 void CacheStore::finish_removals(const std::vector<Removal>& removals) {
+  std::vector<FileId> gone;
   for (const auto& r : removals) {
-    // Unlinking an open copy is safe: its reader keeps the inode until it closes.
-    if (::unlinkat(dir_->fd(), r.name.c_str(), 0) != 0 && errno != ENOENT) {
+    // Unlinking an open copy is safe: its reader keeps the inode until it closes. A copy that
+    // cannot be unlinked still takes disk space, so it stays charged (kRemoving) for good.
+    if (::unlinkat(dir_->fd(), r.name.c_str(), 0) == 0 || errno == ENOENT) {
+      gone.push_back(r.id);
+    } else {
       note_fault(errno);
     }
   }
   MutexLock lock(mu_);
-  for (const auto& r : removals) {
-    auto it = entries_.find(r.id);
+  for (FileId id : gone) {
+    auto it = entries_.find(id);
     if (it != entries_.end() && it->second.state == State::kRemoving) {
       used_bytes_ -= it->second.charge;
       entries_.erase(it);
@@ -183,6 +192,7 @@ bool CacheStore::reserve(FileId id, const std::string& name, uint64_t size, uint
       }
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
+        staging_bytes_ += charge;
         entries_.emplace(id, Entry{State::kStaging, false, 0, size, charge, {}, 0, name});
         ++counters_.staging_now;
         return true;
@@ -243,6 +253,7 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   MutexLock lock(mu_);
   Entry& e = entries_.at(staging.id_);
   e.state = State::kReady;
+  staging_bytes_ -= e.charge;
   e.version = version;
   e.hash = hash;
   --counters_.staging_now;
@@ -265,6 +276,7 @@ void CacheStore::abort(Staging staging, int err) {
   auto it = entries_.find(staging.id_);
   if (it != entries_.end() && it->second.state == State::kStaging) {
     used_bytes_ -= it->second.charge;
+    staging_bytes_ -= it->second.charge;
     entries_.erase(it);
     --counters_.staging_now;
     ++counters_.staging_aborted;
@@ -307,8 +319,8 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
     finish_removals(removals);
     return std::nullopt;
   }
-  // The copy must still be what we wrote: present and of the right size. (Its hash is checked
-  // where docs/cache-format.md says.)
+  // The copy must still be what we wrote: present and of the right size. The content hash is
+  // recorded at staging but not re-read here: that would read every hit twice.
   UniqueFd fd(::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st;
   if (fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) {

@@ -23,7 +23,8 @@
 // (missing, wrong size) is dropped; if pinned, it is removed when the last reader unpins.
 //
 // Room is made by asking the EvictionPolicy for victims. A victim moves to kRemoving (still
-// charged), is unlinked with no lock held, and only then uncharged.
+// charged), is unlinked with no lock held, and only then uncharged; a copy whose unlink fails
+// stays charged, since its blocks are still on the disk.
 //
 // Cache-disk faults (ENOSPC, EDQUOT, EIO, EROFS) while staging suspend staging for a while;
 // reads fall back to the source, which the caller does on any nullopt.
@@ -178,6 +179,7 @@ class CacheStore {
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   std::unordered_map<FileId, Entry> entries_ GUARDED_BY(mu_);
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight
   CacheStats counters_ GUARDED_BY(mu_);
   int64_t suspended_until_ns_ GUARDED_BY(mu_) = 0;
 };
