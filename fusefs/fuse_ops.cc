@@ -262,9 +262,12 @@ void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
   FileHandle& file = *file_of(fi);
   if (file.is_control) {
+    // A copy, not a pointer into the handle: once the kernel has the reply (inside writev),
+    // it may send RELEASE, and another worker may free the handle before writev returns.
     const std::string& text = file.control_content;
     const size_t start = std::min(text.size(), static_cast<size_t>(off));
-    fuse_reply_buf(req, text.data() + start, std::min(size, text.size() - start));
+    const std::string chunk = text.substr(start, size);
+    fuse_reply_buf(req, chunk.data(), chunk.size());
     return;
   }
   buf.buf[0].fd = file.file.fd.get();

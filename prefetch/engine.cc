@@ -117,6 +117,7 @@ void Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
   }
   UniqueFd dup(::fcntl(file.fd.get(), F_DUPFD_CLOEXEC, 0));
   if (!dup.valid()) {
+    copies_dropped_.fetch_add(1, kRelaxed);
     return;
   }
   auto job = [this, id = file.id, path = rel_path, version = file.version,
@@ -174,6 +175,7 @@ EngineStats Engine::stats() const {
   s.source_stats = source_stats_.load(kRelaxed);
   s.copies_dropped = copies_dropped_.load(kRelaxed);
   s.files_known = registry_.size();
+  s.copies_queued = stager_ ? stager_->pending() : 0;
   s.cache_enabled = cache_ != nullptr;
   if (cache_) {
     s.cache = cache_->stats();

@@ -61,7 +61,8 @@ struct EngineStats {
   uint64_t bytes_from_cache = 0;
   uint64_t bytes_from_source = 0;
   uint64_t source_stats = 0;    // version checks that asked the source
-  uint64_t copies_dropped = 0;  // staging queue full
+  uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
+  uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t files_known = 0;
   bool cache_enabled = false;
   std::string cache_dir;

@@ -1,8 +1,31 @@
 #include "prefetch/stager.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <boost/asio/post.hpp>
 
 namespace epochfs::prefetch {
+namespace {
+
+// Copies are background work: a reader waiting on the source must win the CPU and the disk.
+// So each pool thread runs at nice 10 and at the lowest best-effort I/O priority. Failures
+// are harmless (the copy just competes as an equal).
+constexpr int kStagerNice = 10;
+constexpr int kIoprioClassBestEffort = 2;  // IOPRIO_CLASS_BE, linux/ioprio.h
+constexpr int kIoprioLowest = 7;
+constexpr int kIoprioClassShift = 13;
+
+bool lower_thread_priority() {
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  ::setpriority(PRIO_PROCESS, tid, kStagerNice);
+  ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
+            (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowest);
+  return true;
+}
+
+}  // namespace
 
 Stager::Stager(unsigned threads, unsigned max_pending)
     : max_pending_(max_pending), pool_(threads) {}
@@ -19,6 +42,8 @@ bool Stager::try_submit(std::function<void()> job) {
   }
   boost::asio::post(pool_, [this, job = std::move(job)] {
     // Acquire pairs with shutdown's release: after stop, queued copies are skipped.
+    thread_local const bool lowered = lower_thread_priority();
+    (void)lowered;
     if (!stopping_.load(std::memory_order_acquire)) {
       job();
     }

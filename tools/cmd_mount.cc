@@ -1,8 +1,10 @@
 // `epochfs mount`: check what a user can get wrong, with a one-line reason each, then mount.
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,7 +73,10 @@ int cmd_mount(fusefs::MountOptions options) {
   // The daemon changes its directory to /, so relative paths must be resolved now.
   options.source = absolute_path(options.source);
   options.mountpoint = absolute_path(options.mountpoint);
-  options.cache.source_key = options.source;
+  // The cache key names the dataset however it was reached (symlinks, ..).
+  char real[PATH_MAX];
+  options.cache.source_key =
+      ::realpath(options.source.c_str(), real) != nullptr ? std::string(real) : options.source;
   if (options.cache.capacity_bytes > 0) {
     options.cache.root = absolute_path(options.cache.root);
   }

@@ -26,6 +26,8 @@ struct DemoOptions {
   bool keep = false;
   // Drop the page cache before every pass (needs root): reads reach the daemon and the disk.
   bool cold = false;
+  // Mount with --no-cache: the overlay alone.
+  bool no_cache = false;
   // Extra `epochfs mount` arguments, to compare configurations.
   std::vector<std::string> mount_args;
 };

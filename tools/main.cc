@@ -34,6 +34,10 @@ void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
                   "Free space to leave on the cache filesystem, in percent")
       ->default_val(flags.reserve);
   cmd->add_flag("--no-cache", flags.disabled, "Read everything from the source");
+  cmd->add_option("--staging-threads", o.engine.staging_threads,
+                  "Copies into the cache run at once (reads in flight on the source)")
+      ->default_val(o.engine.staging_threads)
+      ->check(CLI::Range(1, 1024));
 }
 
 // Fills o.cache from the flags; false (with a message) if one is malformed.
@@ -122,7 +126,9 @@ int run(int argc, char** argv) {
   demo_cmd->add_option("--rounds", demo.rounds, "Rounds per figure (median)")->default_val(3);
   demo_cmd->add_flag("--immutable,!--no-immutable", demo.immutable, "Mount with --immutable");
   demo_cmd->add_flag("--keep", demo.keep, "Keep the work directory");
-  demo_cmd->add_flag("--cold", demo.cold, "Drop the page cache before every pass (root)");
+  demo_cmd->add_flag("--cold", demo.cold,
+                     "Drop the page cache before every pass (root); also measures the first read");
+  demo_cmd->add_flag("--no-cache", demo.no_cache, "Mount without the local-disk cache");
   demo_cmd->add_option("--mount-arg", demo.mount_args, "Extra argument for epochfs mount")
       ->allow_extra_args(false);
 

@@ -32,11 +32,12 @@ double stat_of(const Mount& mount, const std::string& key) {
   return *v;
 }
 
-// Waits until no copy is in flight (staging is asynchronous).
+// Waits until no copy is queued or running (staging is asynchronous).
 void wait_for_staging(const Mount& mount) {
-  for (int i = 0; i < 500 && stat_of(mount, "cache.copies_in_flight") > 0; ++i) {
+  for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
   REQUIRE(stat_of(mount, "cache.copies_in_flight") == 0);
 }
 
@@ -213,8 +214,9 @@ TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][
   SmallDisk disk(dir / "disk", "1m");
   {
     Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path, "--cache-reserve", "0"});
-    // Another program takes most of the disk.
-    std::ofstream(disk.path + "/filler") << std::string(900 * 1024, 'x');
+    // Another program takes the disk, leaving less than one file's size free: no eviction can
+    // make room, so every copy must be skipped and every read served from the source.
+    std::ofstream(disk.path + "/filler") << std::string(1000 * 1024, 'x');
     for (int pass = 0; pass < 2; ++pass) {
       for (int i = 0; i < 40; ++i) {
         check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
@@ -225,6 +227,7 @@ TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][
                              stat_of(mount, "cache.errors_no_space") +
                              stat_of(mount, "cache.skipped_suspended");
     CHECK(fallbacks > 0);
+    CHECK(stat_of(mount, "misses") == 80);
   }
   fs::remove(disk.path + "/filler");
 }
