@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
@@ -41,16 +42,6 @@ Status make_dir(const std::string& path, mode_t mode) {
 
 constexpr char kBuildingPrefix[] = ".new.";
 
-// True if another live mount holds dir's lock. Only for finished directories: they are
-// renamed into place with their lock already held.
-bool lock_held(const std::string& dir) {
-  UniqueFd lock(::open((dir + "/" + kLockName).c_str(), O_RDONLY | O_CLOEXEC));
-  if (!lock.valid()) {
-    return false;
-  }
-  return ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-}
-
 // A directory still being built (".new.<prefix><pid>") has no lock yet, or one being taken;
 // probing it could steal the lock from its builder. It is dead only if its builder is.
 bool builder_alive(const std::string& name) {
@@ -59,33 +50,73 @@ bool builder_alive(const std::string& name) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
-int remove_dead_leftovers(const std::string& root, const std::string& prefix) {
-  std::vector<std::string> dead;
+// The lock of a finished directory, taken; an invalid fd if a live mount holds it.
+UniqueFd take_lock(const std::string& dir) {
+  UniqueFd lock(::open((dir + "/" + kLockName).c_str(), O_RDWR | O_CLOEXEC));
+  if (lock.valid() && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    lock.reset();
+  }
+  return lock;
+}
+
+struct Leftover {
+  std::string path;
+  UniqueFd lock;             // held while we remove or adopt it, so no one else does the same
+  int64_t index_mtime = -1;  // -1: no index, nothing to adopt
+};
+
+std::vector<Leftover> find_dead_leftovers(const std::string& root, const std::string& prefix) {
+  std::vector<Leftover> dead;
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) {
-    return 0;
+    return dead;
   }
   while (struct dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const bool finished = name.rfind(prefix, 0) == 0;
-    const bool building = name.rfind(kBuildingPrefix + prefix, 0) == 0;
-    if ((finished && !lock_held(root + "/" + name)) || (building && !builder_alive(name))) {
-      dead.push_back(root + "/" + name);
+    const std::string path = root + "/" + name;
+    if (name.rfind(kBuildingPrefix + prefix, 0) == 0 && !builder_alive(name)) {
+      dead.push_back(Leftover{path, UniqueFd(), -1});
+    } else if (name.rfind(prefix, 0) == 0) {
+      UniqueFd lock = take_lock(path);
+      struct stat st;
+      const bool has_index = ::stat((path + "/" + CacheDir::kIndexName).c_str(), &st) == 0;
+      if (lock.valid() || ::access((path + "/" + kLockName).c_str(), F_OK) != 0) {
+        dead.push_back(Leftover{path, std::move(lock), has_index ? st.st_mtim.tv_sec : -1});
+      }
     }
   }
   ::closedir(d);
-  for (const auto& dir : dead) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    log(LogLevel::kInfo, "removed the cache directory of a dead mount: %s", dir.c_str());
-  }
-  return static_cast<int>(dead.size());
+  return dead;
+}
+
+void remove_leftover(const Leftover& leftover) {
+  std::error_code ec;
+  std::filesystem::remove_all(leftover.path, ec);
+  log(LogLevel::kInfo, "removed the cache directory of a dead mount: %s", leftover.path.c_str());
 }
 
 }  // namespace
 
+Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& from, UniqueFd lock,
+                                                  const std::string& path, int removed) {
+  // We hold its lock, so no other mount removes or adopts it while we rename it.
+  if (::rename(from.c_str(), path.c_str()) != 0) {
+    return Status::error(errno, "rename " + from);
+  }
+  UniqueFd dir_fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) {
+    return Status::error(errno, "open " + path);
+  }
+  auto dir = std::unique_ptr<CacheDir>(new CacheDir(path, std::move(dir_fd), std::move(lock)));
+  dir->leftovers_removed_ = removed;
+  dir->adopted_ = true;
+  dir->keep_ = true;
+  log(LogLevel::kInfo, "reusing the cache kept by an earlier mount: %s", path.c_str());
+  return dir;
+}
+
 Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
-                                                   const std::string& source_key) {
+                                                   const std::string& source_key, bool keep) {
   std::error_code ec;
   if (!std::filesystem::exists(root, ec)) {
     std::filesystem::create_directories(std::filesystem::path(root).parent_path(), ec);
@@ -95,10 +126,25 @@ Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
     }
   }
   const std::string prefix = source_prefix(source_key);
-  const int removed = remove_dead_leftovers(root, prefix);
+  const std::string name = prefix + std::to_string(::getpid());
+  std::vector<Leftover> dead = find_dead_leftovers(root, prefix);
+  // With keep, the newest leftover that has an index is adopted; every other one is removed.
+  auto newest = std::max_element(dead.begin(), dead.end(), [](const auto& a, const auto& b) {
+    return a.index_mtime < b.index_mtime;
+  });
+  const bool adopting = keep && newest != dead.end() && newest->index_mtime >= 0;
+  int removed = 0;
+  for (auto it = dead.begin(); it != dead.end(); ++it) {
+    if (!(adopting && it == newest)) {
+      remove_leftover(*it);
+      ++removed;
+    }
+  }
+  if (adopting) {
+    return adopt(newest->path, std::move(newest->lock), root + "/" + name, removed);
+  }
   // Built under a name other mounts do not scan, locked, and only then renamed into place:
   // a mount starting at the same moment never sees it without its lock held.
-  const std::string name = prefix + std::to_string(::getpid());
   const std::string building = root + "/" + kBuildingPrefix + name;
   const std::string path = root + "/" + name;
   Status s = make_dir(building, 0700);
@@ -125,10 +171,14 @@ Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
   }
   auto dir = std::unique_ptr<CacheDir>(new CacheDir(path, std::move(dir_fd), std::move(lock_fd)));
   dir->leftovers_removed_ = removed;
+  dir->keep_ = keep;
   return dir;
 }
 
 CacheDir::~CacheDir() {
+  if (keep_) {
+    return;  // left for the next mount; its lock goes with lock_fd_
+  }
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
   if (ec) {

@@ -23,12 +23,17 @@ namespace epochfs::cachestore {
 
 class CacheDir {
  public:
-  // Creates root with mode 0700 if missing, removes directories left by dead mounts of the
-  // same source, then creates and locks this mount's directory.
-  static Result<std::unique_ptr<CacheDir>> create(const std::string& root,
-                                                  const std::string& source_key);
+  // The index a kept directory carries from one mount to the next (docs/cache-format.md).
+  static constexpr char kIndexName[] = "index";
 
-  // Removes this mount's directory and everything in it.
+  // Creates root with mode 0700 if missing, removes directories left by dead mounts of the
+  // same source, then creates and locks this mount's directory. With keep, the newest dead
+  // directory of the same source that has an index is adopted instead (adopted() is true)
+  // and the directory is left in place at destruction.
+  static Result<std::unique_ptr<CacheDir>> create(const std::string& root,
+                                                  const std::string& source_key, bool keep = false);
+
+  // Removes this mount's directory and everything in it, unless it is kept.
   ~CacheDir();
   CacheDir(const CacheDir&) = delete;
   CacheDir& operator=(const CacheDir&) = delete;
@@ -49,14 +54,23 @@ class CacheDir {
   // Number of leftover directories removed by create(). For tests and the log.
   int leftovers_removed() const { return leftovers_removed_; }
 
+  // True if this directory was kept by an earlier mount and adopted.
+  bool adopted() const { return adopted_; }
+
  private:
   CacheDir(std::string path, UniqueFd dir_fd, UniqueFd lock_fd)
       : path_(std::move(path)), dir_fd_(std::move(dir_fd)), lock_fd_(std::move(lock_fd)) {}
+
+  // Renames the dead directory `from`, whose lock we hold, to path and takes it over.
+  static Result<std::unique_ptr<CacheDir>> adopt(const std::string& from, UniqueFd lock,
+                                                 const std::string& path, int removed);
 
   std::string path_;
   UniqueFd dir_fd_;
   UniqueFd lock_fd_;  // flock'ed: proves to other mounts that this directory is alive
   int leftovers_removed_ = 0;
+  bool adopted_ = false;
+  bool keep_ = false;
 };
 
 }  // namespace epochfs::cachestore

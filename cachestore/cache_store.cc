@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <random>
 
 #include <xxhash.h>
 
+#include "cachestore/index_file.h"
 #include "cachestore/log.h"
 
 namespace epochfs::cachestore {
@@ -71,15 +73,20 @@ Staging& Staging::operator=(Staging&& other) noexcept {
 
 Result<std::unique_ptr<CacheStore>> CacheStore::open(const CacheOptions& options,
                                                      std::unique_ptr<EvictionPolicy> policy) {
-  auto dir = CacheDir::create(options.root, options.source_key);
+  auto dir = CacheDir::create(options.root, options.source_key, options.keep);
   if (!dir.is_ok()) {
     return dir.status();
   }
   auto fs = dir.value()->statfs();
   // Charge in the filesystem's allocation unit; 4 KiB if it reports none.
   const uint64_t block = fs.is_ok() && fs.value().f_frsize > 0 ? fs.value().f_frsize : 4096;
-  return std::unique_ptr<CacheStore>(
+  const bool adopted = dir.value()->adopted();
+  auto store = std::unique_ptr<CacheStore>(
       new CacheStore(options, std::move(dir).value(), std::move(policy), block));
+  if (adopted) {
+    store->load_index();
+  }
+  return store;
 }
 
 CacheStore::CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> dir,
@@ -89,7 +96,93 @@ CacheStore::CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> di
   policy_ = std::move(policy);
 }
 
-CacheStore::~CacheStore() = default;
+CacheStore::~CacheStore() {
+  if (options_.keep) {
+    save_index();
+  }
+}
+
+// The index is written only at a clean shutdown and deleted as soon as it is read: after a
+// crash there is no index, and nothing unverified is ever trusted.
+void CacheStore::save_index() {
+  std::vector<KeptCopy> copies;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.state == State::kReady && !e.doomed) {
+        copies.push_back(KeptCopy{e.path, e.size, e.version, e.hash});
+      }
+    }
+  }
+  const std::string text = format_index(copies);
+  const std::string temp = std::string(CacheDir::kIndexName) + ".tmp";
+  UniqueFd fd(::openat(dir_->fd(), temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid() ||
+      ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+      ::renameat(dir_->fd(), temp.c_str(), dir_->fd(), CacheDir::kIndexName) != 0) {
+    log(LogLevel::kWarning, "cache: cannot write the index of %s; the next mount starts empty",
+        dir_->path().c_str());
+    return;
+  }
+  log(LogLevel::kInfo, "cache: kept %zu copies in %s", copies.size(), dir_->path().c_str());
+}
+
+void CacheStore::load_index() {
+  std::string text;
+  {
+    UniqueFd fd(::openat(dir_->fd(), CacheDir::kIndexName, O_RDONLY | O_CLOEXEC));
+    char buf[65536];
+    ssize_t n;
+    while (fd.valid() && (n = ::read(fd.get(), buf, sizeof(buf))) > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::unlinkat(dir_->fd(), CacheDir::kIndexName, 0);
+  auto copies = parse_index(text);
+  if (!copies) {
+    log(LogLevel::kWarning, "cache: the kept index in %s is damaged; starting empty",
+        dir_->path().c_str());
+    copies.emplace();
+  }
+  // Keep what the index vouches for and is still there whole; remove everything else
+  // (temporary files of a copy cut short, copies the index does not know).
+  std::unordered_map<std::string, KeptCopy> wanted;
+  for (auto& c : *copies) {
+    wanted.emplace(CacheDir::object_name(c.path), std::move(c));
+  }
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir_->path(), ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it.depth() == 0) {
+      continue;  // the lock file and the fan-out directories
+    }
+    const std::string name = std::filesystem::relative(it->path(), dir_->path()).string();
+    auto w = wanted.find(name);
+    if (w != wanted.end() && it->file_size(ec) == w->second.size) {
+      kept_.push_back(std::move(w->second));
+      wanted.erase(w);
+    } else {
+      ::unlinkat(dir_->fd(), name.c_str(), 0);
+    }
+  }
+}
+
+void CacheStore::adopt(FileId id, const KeptCopy& copy) {
+  const std::string name = CacheDir::object_name(copy.path);
+  const uint64_t charge = charge_for(copy.size);
+  {
+    MutexLock lock(mu_);
+    if (entries_.count(id) == 0 && used_bytes_ + charge <= options_.capacity_bytes) {
+      used_bytes_ += charge;
+      Entry e{State::kReady, false,        true,      0,    copy.size,
+              charge,        copy.version, copy.hash, name, copy.path};
+      entries_.emplace(id, std::move(e));
+      policy_->inserted(id);
+      return;
+    }
+  }
+  ::unlinkat(dir_->fd(), name.c_str(), 0);  // no room under the capacity of this mount
+}
 
 uint64_t CacheStore::charge_for(uint64_t size) const {
   const uint64_t blocks = std::max<uint64_t>(1, (size + block_bytes_ - 1) / block_bytes_);
@@ -181,7 +274,8 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
 }
 
 // Charges `charge` for id, evicting unpinned ready files as needed. False if it cannot fit.
-bool CacheStore::reserve(FileId id, const std::string& name, uint64_t size, uint64_t charge) {
+bool CacheStore::reserve(FileId id, const std::string& name, const std::string& path, uint64_t size,
+                         uint64_t charge) {
   while (true) {
     const uint64_t capacity = effective_capacity();
     std::vector<Removal> removals;
@@ -193,7 +287,8 @@ bool CacheStore::reserve(FileId id, const std::string& name, uint64_t size, uint
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
-        entries_.emplace(id, Entry{State::kStaging, false, 0, size, charge, {}, 0, name});
+        entries_.emplace(id,
+                         Entry{State::kStaging, false, false, 0, size, charge, {}, 0, name, path});
         ++counters_.staging_now;
         return true;
       }
@@ -218,7 +313,7 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
     return std::nullopt;
   }
   const std::string name = CacheDir::object_name(path);
-  if (!reserve(id, name, size, charge_for(size))) {
+  if (!reserve(id, name, path, size, charge_for(size))) {
     return std::nullopt;
   }
   Staging s;
@@ -323,7 +418,8 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   // recorded at staging but not re-read here: that would read every hit twice.
   UniqueFd fd(::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st;
-  if (fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) {
+  if (fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size &&
+      verify_copy(id, fd.get())) {
     return fd;
   }
   log(LogLevel::kWarning, "cache: copy %s is missing or damaged; refetching", name.c_str());
@@ -337,6 +433,30 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   }
   unpin(id);
   return std::nullopt;
+}
+
+// A copy kept by an earlier mount is read whole and hashed once, at its first open, before it
+// is served: the mount that wrote it did not fsync, and the disk may have changed since.
+bool CacheStore::verify_copy(FileId id, int fd) {
+  uint64_t expected;
+  uint64_t size;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end() || !it->second.verify_pending) {
+      return true;
+    }
+    expected = it->second.hash;
+    size = it->second.size;
+  }
+  auto actual = hash_fd(fd, size);
+  MutexLock lock(mu_);
+  auto it = entries_.find(id);
+  if (actual.is_ok() && actual.value() == expected && it != entries_.end()) {
+    it->second.verify_pending = false;
+    return true;
+  }
+  return false;
 }
 
 void CacheStore::unpin(FileId id) {
@@ -373,6 +493,32 @@ CacheStats CacheStore::stats() const {
 }
 
 // --- Copying ---------------------------------------------------------------------------------
+
+Result<uint64_t> hash_fd(int fd, uint64_t size) {
+  thread_local std::vector<char> buf(1 << 20);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  Status failure;
+  for (uint64_t off = 0; off < size;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      failure = Status::error(n < 0 ? errno : EIO, "read cache copy");
+      break;
+    }
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
+    off += static_cast<uint64_t>(n);
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (!failure.is_ok()) {
+    return failure;
+  }
+  return hash;
+}
 
 Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault) {
   // 1 MiB: a typical sample (~110 KB) in one read and one write.

@@ -55,6 +55,15 @@ struct CacheOptions {
   std::string source_key;                // the source's absolute path
   uint64_t capacity_bytes = UINT64_MAX;  // --cache-size
   double reserve_fraction = 0.05;        // --cache-reserve: free space kept on the cache fs
+  bool keep = false;                     // --keep-cache: keep copies for the next mount
+};
+
+// A copy kept by an earlier mount (--keep-cache), as its index recorded it.
+struct KeptCopy {
+  std::string path;  // source path relative to the root
+  uint64_t size = 0;
+  FileVersion version;
+  uint64_t hash = 0;
 };
 
 // Counters since the mount. Plain values; a snapshot.
@@ -133,6 +142,15 @@ class CacheStore {
   // Drops id's copy (the source changed or the copy is damaged).
   void drop(FileId id);
 
+  // Copies an earlier mount kept (--keep-cache) whose files are present with the recorded size.
+  // Each is served only after adopt() and a hash check at its first open. Call once, before
+  // any other method.
+  std::vector<KeptCopy> take_kept_copies() { return std::move(kept_); }
+
+  // Enters a kept copy as ready for id, charged, to be verified at first open. A copy that no
+  // longer fits the capacity is removed instead.
+  void adopt(FileId id, const KeptCopy& copy);
+
   CacheStats stats() const;
 
   const std::string& path() const { return dir_->path(); }
@@ -142,13 +160,15 @@ class CacheStore {
 
   struct Entry {
     State state;
-    bool doomed = false;  // remove when the last pin goes
+    bool doomed = false;          // remove when the last pin goes
+    bool verify_pending = false;  // kept by an earlier mount: check the hash at first open
     uint32_t pins = 0;
     uint64_t size = 0;
     uint64_t charge = 0;
     FileVersion version;
     uint64_t hash = 0;
     std::string name;  // object name in the cache directory
+    std::string path;  // source path, for the index
   };
 
   // A file to unlink once the lock is released, then uncharge.
@@ -162,12 +182,16 @@ class CacheStore {
 
   uint64_t charge_for(uint64_t size) const;
   uint64_t effective_capacity();
-  bool reserve(FileId id, const std::string& name, uint64_t size, uint64_t charge);
+  bool reserve(FileId id, const std::string& name, const std::string& path, uint64_t size,
+               uint64_t charge);
   void mark_removing(FileId id, Entry& e, std::vector<Removal>& out) REQUIRES(mu_);
   void finish_removals(const std::vector<Removal>& removals);
   void note_fault(int err);
   bool staging_suspended();
   void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
+  bool verify_copy(FileId id, int fd);
+  void load_index();
+  void save_index();
 
   // Dependencies and constant data.
   const CacheOptions options_;
@@ -182,7 +206,12 @@ class CacheStore {
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight
   CacheStats counters_ GUARDED_BY(mu_);
   int64_t suspended_until_ns_ GUARDED_BY(mu_) = 0;
+  // Filled by load_index() before any thread exists; handed out once.
+  std::vector<KeptCopy> kept_;
 };
+
+// XXH3-64 of the first size bytes read from fd.
+Result<uint64_t> hash_fd(int fd, uint64_t size);
 
 // Copies staging.size() bytes from source_fd (from offset 0) into staging's file and returns
 // their XXH3-64 hash. Fails with EIO if the source ends early. On failure *cache_fault says

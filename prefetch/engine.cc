@@ -29,7 +29,15 @@ int64_t now_ns() {
 
 Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
                EngineOptions options)
-    : source_(source), options_(options), cache_(std::move(cache)) {}
+    : source_(source), options_(options), cache_(std::move(cache)) {
+  if (cache_) {
+    // Copies kept by an earlier mount (--keep-cache): each is checked against the source's
+    // version like any copy, and its hash at first open.
+    for (const auto& copy : cache_->take_kept_copies()) {
+      cache_->adopt(registry_.id_of(copy.path), copy);
+    }
+  }
+}
 
 void Engine::start() {
   if (cache_ && !stager_) {

@@ -34,6 +34,9 @@ void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
                   "Free space to leave on the cache filesystem, in percent")
       ->default_val(flags.reserve);
   cmd->add_flag("--no-cache", flags.disabled, "Read everything from the source");
+  cmd->add_flag("--keep-cache", o.cache.keep,
+                "Keep the cached copies at unmount for the next mount of the same source "
+                "(each is verified before its first use)");
   cmd->add_option("--staging-threads", o.engine.staging_threads,
                   "Copies into the cache run at once (reads in flight on the source)")
       ->default_val(o.engine.staging_threads)

@@ -268,6 +268,99 @@ TEST_CASE("a cache directory left by a killed daemon is removed at the next moun
   REQUIRE(::stat((dir / "cache").c_str(), &st) == 0);
 }
 
+namespace {
+
+// The one directory a kept cache leaves under root.
+std::string kept_dir(const std::string& root) {
+  std::vector<std::string> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    dirs.push_back(e.path());
+  }
+  REQUIRE(dirs.size() == 1);
+  return dirs[0];
+}
+
+void read_all_and_unmount(const std::string& src, const std::string& mnt,
+                          const std::vector<std::string>& args, int files) {
+  Mount mount(src, mnt, args);
+  for (int i = 0; i < files; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), src + "/f" + std::to_string(i));
+  }
+  wait_for_staging(mount);
+  CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+  CHECK(mount.wait_exit() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("copies kept with --keep-cache serve the next mount", "[mount][cache][keep]") {
+  TempDir dir;
+  write_files(dir / "src", 6, 70000);
+  const std::vector<std::string> keep = {"--cache-dir", dir / "cache", "--keep-cache"};
+  read_all_and_unmount(dir / "src", dir / "mnt", keep, 6);
+  const std::string kept = kept_dir(dir / "cache");
+  REQUIRE(fs::exists(kept + "/index"));
+
+  SECTION("unchanged copies are hits at once") {
+    Mount mount(dir / "src", dir / "mnt", keep);
+    for (int i = 0; i < 6; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+    }
+    CHECK(stat_of(mount, "hits") == 6);
+    CHECK(stat_of(mount, "misses") == 0);
+  }
+  SECTION("a copy altered in between is caught by its hash, never served") {
+    std::string victim;
+    for (const auto& e : fs::recursive_directory_iterator(kept)) {
+      if (e.is_regular_file() && e.path().filename().string().size() == 32) {
+        victim = e.path();
+      }
+    }
+    REQUIRE_FALSE(victim.empty());
+    {
+      std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(5000);
+      f.put('');  // same size, one byte different
+    }
+    Mount mount(dir / "src", dir / "mnt", keep);
+    for (int i = 0; i < 6; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+    }
+    CHECK(stat_of(mount, "hits") == 5);
+    CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
+  }
+  SECTION("a source changed in between is refetched") {
+    REQUIRE(tools::write_content_file(dir / "src/f0", 0, 9, 70000).is_ok());
+    Mount mount(dir / "src", dir / "mnt", keep);
+    check_same(mount / "f0", dir / "src/f0");
+    CHECK(stat_of(mount, "cache.dropped_stale") == 1);
+  }
+  SECTION("a mount without --keep-cache removes the kept copies") {
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "cache"});
+    CHECK_FALSE(fs::exists(kept));
+  }
+}
+
+TEST_CASE("a kept cache trusts nothing a killed daemon left", "[mount][cache][keep]") {
+  TempDir dir;
+  write_files(dir / "src", 3, 50000);
+  const std::vector<std::string> keep = {"--cache-dir", dir / "cache", "--keep-cache"};
+  {
+    Mount mount(dir / "src", dir / "mnt", keep);
+    for (int i = 0; i < 3; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+    }
+    wait_for_staging(mount);
+    REQUIRE(kill(mount.pid(), SIGKILL) == 0);
+    mount.wait_exit();
+    ::umount2(mount.path().c_str(), MNT_DETACH);
+  }
+  Mount mount(dir / "src", dir / "mnt", keep);
+  CHECK(stat_of(mount, "cache.files_cached") == 0);
+  check_same(mount / "f0", dir / "src/f0");
+  CHECK(stat_of(mount, "misses") == 1);
+}
+
 TEST_CASE("a new cache directory is private to its owner", "[mount][cache][lifecycle]") {
   TempDir dir;
   write_files(dir / "src", 1, 10);
