@@ -459,6 +459,61 @@ bool CacheStore::verify_copy(FileId id, int fd) {
   return false;
 }
 
+VerifyReport CacheStore::verify_all() {
+  std::vector<FileId> ids;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.state == State::kReady && !e.doomed) {
+        ids.push_back(id);
+      }
+    }
+  }
+  VerifyReport report;
+  for (FileId id : ids) {
+    std::string name;
+    uint64_t size = 0;
+    uint64_t expected = 0;
+    {
+      MutexLock lock(mu_);
+      auto it = entries_.find(id);
+      if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
+        continue;  // evicted or dropped since the list was made
+      }
+      ++it->second.pins;  // not evicted while we read it
+      name = it->second.name;
+      size = it->second.size;
+      expected = it->second.hash;
+    }
+    UniqueFd fd(::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    bool good =
+        fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
+    if (good) {
+      auto actual = hash_fd(fd.get(), size);
+      good = actual.is_ok() && actual.value() == expected;
+    }
+    {
+      MutexLock lock(mu_);
+      auto it = entries_.find(id);
+      ++report.checked;
+      report.bytes += size;
+      if (!good && it != entries_.end()) {
+        it->second.doomed = true;
+        ++counters_.dropped_damaged;
+        ++report.damaged;
+      } else if (it != entries_.end()) {
+        it->second.verify_pending = false;
+      }
+    }
+    if (!good) {
+      log(LogLevel::kWarning, "cache: copy %s is damaged; dropped", name.c_str());
+    }
+    unpin(id);  // removes the copy if it was found damaged
+  }
+  return report;
+}
+
 void CacheStore::unpin(FileId id) {
   std::vector<Removal> removals;
   {

@@ -84,6 +84,13 @@ struct CacheStats {
   uint64_t errors_io = 0;          // EIO, EROFS and any other cache-disk error
 };
 
+// What a verification of every copy found.
+struct VerifyReport {
+  uint64_t checked = 0;  // copies read whole and hashed
+  uint64_t bytes = 0;
+  uint64_t damaged = 0;  // missing, wrong size or wrong hash: dropped
+};
+
 class CacheStore;
 
 // A copy in progress: a temporary file in the cache directory and a capacity reservation.
@@ -150,6 +157,11 @@ class CacheStore {
   // Enters a kept copy as ready for id, charged, to be verified at first open. A copy that no
   // longer fits the capacity is removed instead.
   void adopt(FileId id, const KeptCopy& copy);
+
+  // Reads every ready copy whole and checks it against the hash recorded when it was made;
+  // drops (and counts as damaged) every copy that is missing, of the wrong size or hash.
+  // Runs in the caller's thread; readers go on meanwhile.
+  VerifyReport verify_all();
 
   CacheStats stats() const;
 

@@ -15,6 +15,9 @@ std::optional<InodeId> control_lookup(InodeId parent, std::string_view name) {
   if (parent == kControlDirId && name == "stats") {
     return kStatsFileId;
   }
+  if (parent == kControlDirId && name == "verify") {
+    return kVerifyFileId;
+  }
   return std::nullopt;
 }
 
@@ -114,6 +117,19 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
 }
 
 }  // namespace
+
+std::string verify_json(const cachestore::VerifyReport& r, bool cache_enabled) {
+  std::ostringstream out;
+  JsonObject o(out, 0);
+  o.field("format", uint64_t{1});
+  o.field("cache_enabled", cache_enabled);
+  o.field("checked", r.checked);
+  o.field("bytes", r.bytes);
+  o.field("damaged", r.damaged);
+  o.close();
+  out << "\n";
+  return out.str();
+}
 
 std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid) {
   std::ostringstream out;

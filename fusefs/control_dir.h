@@ -2,9 +2,10 @@
 //
 // It is found by lookup but not listed by readdir of the root, so `ls` and dataset scanners
 // never see it. A real ".epochfs" in the source is shadowed. Today it holds `stats`, a
-// read-only JSON snapshot taken when the file is opened (docs/stats.md). Its nodes have fixed
-// ids far above any the InodeTable hands out, and the kernel's references to them need no
-// counting: they live as long as the mount.
+// read-only JSON snapshot taken when the file is opened (docs/stats.md), and `verify`: opening
+// it checks every cached copy against its hash and gives the result as JSON (epochfs verify). Its
+// nodes have fixed ids far above any the InodeTable hands out, and the kernel's references to them
+// need no counting: they live as long as the mount.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -23,6 +24,7 @@ namespace epochfs::fusefs {
 inline constexpr char kControlDirName[] = ".epochfs";
 inline constexpr InodeId kControlDirId = InodeId{1} << 62;
 inline constexpr InodeId kStatsFileId = kControlDirId + 1;
+inline constexpr InodeId kVerifyFileId = kControlDirId + 2;
 
 inline bool is_control(InodeId id) { return id >= kControlDirId; }
 
@@ -33,9 +35,12 @@ std::optional<InodeId> control_lookup(InodeId parent, std::string_view name);
 struct stat control_attr(InodeId id);
 
 // The names in the control directory.
-inline constexpr const char* kControlEntries[] = {"stats"};
+inline constexpr const char* kControlEntries[] = {"stats", "verify"};
 
 // The JSON document served as .epochfs/stats.
+// The JSON document served as .epochfs/verify.
+std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
+
 std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid);
 
 }  // namespace epochfs::fusefs

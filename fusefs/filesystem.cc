@@ -138,12 +138,14 @@ void Filesystem::releasedir(DirHandle* dir) {
 }
 
 Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
-  if (id != kStatsFileId) {
+  if (id != kStatsFileId && id != kVerifyFileId) {
     return Status::error(EISDIR, "open .epochfs");
   }
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
-  handle->control_content = stats_json(engine_.stats(), source_.path(), ::getpid());
+  handle->control_content =
+      id == kStatsFileId ? stats_json(engine_.stats(), source_.path(), ::getpid())
+                         : verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
   return OpenResult{files_.add(std::move(handle)), false};
 }
 

@@ -173,6 +173,10 @@ void Engine::count_read(const OpenFile& file, uint64_t bytes) {
   (file.from_cache ? bytes_from_cache_ : bytes_from_source_).fetch_add(bytes, kRelaxed);
 }
 
+cachestore::VerifyReport Engine::verify_cache() {
+  return cache_ ? cache_->verify_all() : cachestore::VerifyReport{};
+}
+
 EngineStats Engine::stats() const {
   EngineStats s;
   s.opens = opens_.load(kRelaxed);

@@ -98,6 +98,9 @@ class Engine {
 
   EngineStats stats() const;
 
+  // Checks every cached copy against its recorded hash (epochfs verify). Slow: reads the cache.
+  cachestore::VerifyReport verify_cache();
+
  private:
   cachestore::Result<cachestore::FileVersion> current_version(FileId id,
                                                               const std::string& rel_path);

@@ -58,4 +58,28 @@ int cmd_stats(const std::string& path, bool json) {
   return 0;
 }
 
+int cmd_verify(const std::string& path) {
+  const std::string mountpoint = absolute_path(path);
+  // Opening the control file runs the check in the daemon; it reads every cached copy.
+  std::ifstream in(mountpoint + "/.epochfs/verify");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = parse_stats(text.str());
+  if (!in || !doc) {
+    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/verify)\n",
+            mountpoint.c_str());
+    return 1;
+  }
+  if (doc->values["cache_enabled"] != "true") {
+    printf("%s: the cache is off; nothing to verify\n", mountpoint.c_str());
+    return 0;
+  }
+  const double checked = doc->number("checked").value_or(0);
+  const double damaged = doc->number("damaged").value_or(0);
+  printf("%s: checked %.0f cached copies (%s): %.0f damaged%s\n", mountpoint.c_str(), checked,
+         human_bytes(doc->number("bytes").value_or(0)).c_str(), damaged,
+         damaged > 0 ? ", dropped; they will be fetched again from the source" : "");
+  return 0;
+}
+
 }  // namespace epochfs::tools

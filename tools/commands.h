@@ -17,6 +17,10 @@ int cmd_unmount(const std::string& mountpoint, bool lazy);
 
 int cmd_stats(const std::string& mountpoint, bool json);
 
+// Checks every cached copy against the hash recorded when it was made; damaged copies are
+// dropped by the daemon.
+int cmd_verify(const std::string& mountpoint);
+
 struct DemoOptions {
   std::string dir;  // work dir; a fresh temporary one if empty
   size_t files = 10000;

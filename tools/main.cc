@@ -121,6 +121,10 @@ int run(int argc, char** argv) {
   stats->add_option("mountpoint", stats_path)->required();
   stats->add_flag("--json", stats_json, "Print the raw JSON document");
 
+  std::string verify_path;
+  auto* verify = app.add_subcommand("verify", "Check every cached copy against its hash");
+  verify->add_option("mountpoint", verify_path)->required();
+
   epochfs::tools::DemoOptions demo;
   auto* demo_cmd = app.add_subcommand("demo", "Read a sample dataset through a mount and directly");
   demo_cmd->add_option("--dir", demo.dir, "Work directory (default: a new temporary one)");
@@ -156,6 +160,9 @@ int run(int argc, char** argv) {
   }
   if (app.got_subcommand("stats")) {
     return epochfs::tools::cmd_stats(stats_path, stats_json);
+  }
+  if (app.got_subcommand("verify")) {
+    return epochfs::tools::cmd_verify(verify_path);
   }
   if (app.got_subcommand("unmount")) {
     return epochfs::tools::cmd_unmount(unmount_path, lazy);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -361,6 +362,38 @@ TEST_CASE("a kept cache trusts nothing a killed daemon left", "[mount][cache][ke
   CHECK(stat_of(mount, "misses") == 1);
 }
 
+TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 4, 60000);
+  Mount mount(dir / "src", dir / "mnt");
+  for (int i = 0; i < 4; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  const CommandResult clean = run_epochfs({"verify", mount.path()});
+  INFO(clean.output);
+  CHECK(clean.exit_code == 0);
+  CHECK(clean.output.find("checked 4 cached copies") != std::string::npos);
+  CHECK(clean.output.find(": 0 damaged") != std::string::npos);
+
+  auto objects = cached_objects(mount.cache_root());
+  REQUIRE(objects.size() == 4);
+  {
+    std::fstream f(objects[2], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x01');  // same size: only the hash can tell
+  }
+  const CommandResult found = run_epochfs({"verify", mount.path()});
+  INFO(found.output);
+  CHECK(found.output.find(": 1 damaged") != std::string::npos);
+  CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
+  CHECK(stat_of(mount, "cache.files_cached") == 3);
+  REQUIRE(tools::drop_page_cache());
+  for (int i = 0; i < 4; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+  }
+}
+
 TEST_CASE("a new cache directory is private to its owner", "[mount][cache][lifecycle]") {
   TempDir dir;
   write_files(dir / "src", 1, 10);
@@ -381,7 +414,8 @@ TEST_CASE("the control directory is reachable but not listed", "[mount][control]
   for (const auto& e : fs::directory_iterator(mount / ".epochfs")) {
     control.push_back(e.path().filename());
   }
-  CHECK(control == std::vector<std::string>{"stats"});
+  std::sort(control.begin(), control.end());
+  CHECK(control == std::vector<std::string>{"stats", "verify"});
   auto doc = tools::read_stats(mount.path());
   REQUIRE(doc.has_value());
   CHECK(doc->number("pid") == mount.pid());
