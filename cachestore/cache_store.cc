@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include <xxhash.h>
@@ -549,22 +550,29 @@ CacheStats CacheStore::stats() const {
 
 // --- Copying ---------------------------------------------------------------------------------
 
-Result<uint64_t> hash_fd(int fd, uint64_t size) {
+namespace {
+
+// Reads the first size bytes of fd in 1 MiB chunks (a typical ~110 KB sample in one read),
+// hashes them with XXH3-64 and hands each chunk to sink. A read error, or the file ending
+// early (EIO), stops it; so does a sink error.
+Result<uint64_t> hash_chunks(int fd, uint64_t size,
+                             const std::function<Status(const char*, size_t)>& sink) {
   thread_local std::vector<char> buf(1 << 20);
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   Status failure;
-  for (uint64_t off = 0; off < size;) {
+  for (uint64_t off = 0; off < size && failure.is_ok();) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
     const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n <= 0) {
-      failure = Status::error(n < 0 ? errno : EIO, "read cache copy");
+      failure = Status::error(n < 0 ? errno : EIO, "read");
       break;
     }
     XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
+    failure = sink(buf.data(), static_cast<size_t>(n));
     off += static_cast<uint64_t>(n);
   }
   const uint64_t hash = XXH3_64bits_digest(state);
@@ -575,41 +583,34 @@ Result<uint64_t> hash_fd(int fd, uint64_t size) {
   return hash;
 }
 
+Status write_all(int fd, const char* data, size_t len) {
+  while (len > 0) {
+    const ssize_t w = ::write(fd, data, len);
+    if (w < 0 && errno == EINTR) {
+      continue;
+    }
+    if (w < 0) {
+      return Status::error(errno, "write cache copy");
+    }
+    data += w;
+    len -= static_cast<size_t>(w);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<uint64_t> hash_fd(int fd, uint64_t size) {
+  return hash_chunks(fd, size, [](const char*, size_t) { return Status::ok(); });
+}
+
 Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault) {
-  // 1 MiB: a typical sample (~110 KB) in one read and one write.
-  thread_local std::vector<char> buf(1 << 20);
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  uint64_t off = 0;
-  Status failure;
   *cache_fault = false;
-  while (off < staging.size() && failure.is_ok()) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), staging.size() - off));
-    const ssize_t n = ::pread(source_fd, buf.data(), want, static_cast<off_t>(off));
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) {
-        continue;
-      }
-      failure = Status::error(n < 0 ? errno : EIO, "read source for staging");
-      break;
-    }
-    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
-    for (ssize_t done = 0; done < n && failure.is_ok();) {
-      const ssize_t w = ::write(staging.fd(), buf.data() + done, static_cast<size_t>(n - done));
-      if (w < 0 && errno != EINTR) {
-        failure = Status::error(errno, "write cache copy");
-        *cache_fault = true;
-      }
-      done += std::max<ssize_t>(w, 0);
-    }
-    off += static_cast<uint64_t>(n);
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!failure.is_ok()) {
-    return failure;
-  }
-  return hash;
+  return hash_chunks(source_fd, staging.size(), [&](const char* data, size_t len) {
+    Status written = write_all(staging.fd(), data, len);
+    *cache_fault = !written.is_ok();
+    return written;
+  });
 }
 
 }  // namespace epochfs::cachestore

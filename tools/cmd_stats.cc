@@ -2,7 +2,9 @@
 #include <stdio.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "tools/commands.h"
 #include "tools/mount_table.h"
@@ -23,23 +25,34 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-}  // namespace
-
-int cmd_stats(const std::string& path, bool json) {
-  const std::string mountpoint = absolute_path(path);
-  std::ifstream in(mountpoint + "/.epochfs/stats");
+// Reads and parses the control file <mountpoint>/.epochfs/<name>; says why not on stderr.
+std::optional<std::pair<std::string, StatsDoc>> read_control(const std::string& mountpoint,
+                                                             const std::string& name) {
+  std::ifstream in(mountpoint + "/.epochfs/" + name);
   std::stringstream text;
   text << in.rdbuf();
   auto doc = parse_stats(text.str());
   if (!in || !doc) {
-    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/stats)\n",
-            mountpoint.c_str());
+    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/%s)\n",
+            mountpoint.c_str(), name.c_str());
+    return std::nullopt;
+  }
+  return std::make_pair(text.str(), std::move(*doc));
+}
+
+}  // namespace
+
+int cmd_stats(const std::string& path, bool json) {
+  const std::string mountpoint = absolute_path(path);
+  auto control = read_control(mountpoint, "stats");
+  if (!control) {
     return 1;
   }
   if (json) {
-    fputs(text.str().c_str(), stdout);
+    fputs(control->first.c_str(), stdout);
     return 0;
   }
+  const StatsDoc* doc = &control->second;
   printf("epochfs mount %s\n", mountpoint.c_str());
   for (const auto& [key, value] : doc->values) {
     auto number = doc->number(key);
@@ -61,15 +74,11 @@ int cmd_stats(const std::string& path, bool json) {
 int cmd_verify(const std::string& path) {
   const std::string mountpoint = absolute_path(path);
   // Opening the control file runs the check in the daemon; it reads every cached copy.
-  std::ifstream in(mountpoint + "/.epochfs/verify");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto doc = parse_stats(text.str());
-  if (!in || !doc) {
-    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/verify)\n",
-            mountpoint.c_str());
+  auto control = read_control(mountpoint, "verify");
+  if (!control) {
     return 1;
   }
+  StatsDoc* doc = &control->second;
   if (doc->values["cache_enabled"] != "true") {
     printf("%s: the cache is off; nothing to verify\n", mountpoint.c_str());
     return 0;
