@@ -97,6 +97,16 @@ CacheStore::CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> di
   policy_ = std::move(policy);
 }
 
+void CacheStore::set_policy(std::unique_ptr<EvictionPolicy> policy) {
+  MutexLock lock(mu_);
+  policy_ = std::move(policy);
+}
+
+bool CacheStore::contains(FileId id) const {
+  MutexLock lock(mu_);
+  return entries_.count(id) != 0;
+}
+
 CacheStore::~CacheStore() {
   if (options_.keep) {
     save_index();
@@ -282,7 +292,7 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
     std::vector<Removal> removals;
     {
       MutexLock lock(mu_);
-      if (entries_.count(id) != 0 || !policy_->admit(id)) {
+      if (entries_.count(id) != 0) {
         return false;
       }
       if (used_bytes_ + charge <= capacity) {
@@ -299,6 +309,10 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
       });
       if (!victim || charge > capacity) {
         ++counters_.skipped_no_room;
+        return false;
+      }
+      if (!policy_->worth_evicting(id, *victim)) {
+        ++counters_.bypassed;
         return false;
       }
       ++counters_.evictions;

@@ -79,6 +79,7 @@ struct CacheStats {
   uint64_t dropped_stale = 0;
   uint64_t dropped_damaged = 0;
   uint64_t skipped_no_room = 0;    // staging refused: everything pinned or too big
+  uint64_t bypassed = 0;           // staging refused: needed later than anything cached
   uint64_t skipped_suspended = 0;  // staging refused: suspended after a cache-disk fault
   uint64_t errors_no_space = 0;    // ENOSPC, EDQUOT
   uint64_t errors_io = 0;          // EIO, EROFS and any other cache-disk error
@@ -129,6 +130,13 @@ class CacheStore {
   CacheStore(const CacheStore&) = delete;
   CacheStore& operator=(const CacheStore&) = delete;
 
+  // Replaces the eviction policy. Call once, before any other method (the policy may depend on
+  // objects built after the store).
+  void set_policy(std::unique_ptr<EvictionPolicy> policy);
+
+  // Whether id has an entry (being staged, ready or being removed).
+  bool contains(FileId id) const;
+
   // A ready copy of id at exactly `version`, pinned, as an fd to read; nullopt on a miss.
   // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
   std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
@@ -136,7 +144,7 @@ class CacheStore {
 
   // Starts a copy of id (source path `path`, `size` bytes): reserves capacity, evicting
   // unpinned files if needed, and creates the temporary file. nullopt if id is already cached
-  // or staging, the policy does not admit it, there is no room, or staging is suspended.
+  // or staging, it is not worth what it would evict, there is no room, or staging is suspended.
   std::optional<Staging> begin_staging(FileId id, const std::string& path, uint64_t size);
 
   // Publishes a finished copy of `version` with content hash `hash`.

@@ -30,4 +30,94 @@ std::optional<FileId> LruPolicy::choose_victim(const std::function<bool(FileId)>
   return std::nullopt;
 }
 
+// Files whose key was computed as kNever live in never_ (LRU order); the others in the heap.
+void NextUsePolicy::file_key(FileId id) {
+  const uint32_t stamp = next_stamp_++;
+  stamp_[id] = stamp;
+  const uint64_t key = oracle_.next_use(id);
+  if (key == NextUseOracle::kNever) {
+    never_.inserted(id);  // also refreshes its recency
+    return;
+  }
+  never_.removed(id);
+  heap_.push(Keyed{key, id, stamp});
+  if (heap_.size() > 2 * stamp_.size() + 1024) {
+    rebuild_heap();
+  }
+}
+
+// Drops stale entries: each access pushes a new one.
+void NextUsePolicy::rebuild_heap() {
+  std::vector<Keyed> live;
+  while (!heap_.empty()) {
+    const Keyed k = heap_.top();
+    heap_.pop();
+    auto it = stamp_.find(k.id);
+    if (it != stamp_.end() && it->second == k.stamp) {
+      live.push_back(k);
+    }
+  }
+  heap_ = std::priority_queue<Keyed>(std::less<Keyed>(), std::move(live));
+}
+
+void NextUsePolicy::removed(FileId id) {
+  stamp_.erase(id);
+  never_.removed(id);
+}
+
+std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(FileId)>& can_evict) {
+  // Files with no known next use go first. One that gained a future (a new order) moves to
+  // the heap; the next call looks again.
+  std::vector<FileId> gained_future;
+  std::optional<FileId> victim = never_.choose_victim([&](FileId id) {
+    if (oracle_.next_use(id) != NextUseOracle::kNever) {
+      gained_future.push_back(id);
+      return false;
+    }
+    return can_evict(id);
+  });
+  for (FileId id : gained_future) {
+    file_key(id);
+  }
+  if (victim) {
+    return victim;
+  }
+  std::vector<Keyed> refused;  // pinned: put back afterwards
+  while (!heap_.empty() && !victim) {
+    const Keyed top = heap_.top();
+    heap_.pop();
+    auto it = stamp_.find(top.id);
+    if (it == stamp_.end() || it->second != top.stamp) {
+      continue;  // stale
+    }
+    const uint64_t key = oracle_.next_use(top.id);
+    if (key == NextUseOracle::kNever) {
+      file_key(top.id);  // now first in line for eviction
+      if (can_evict(top.id)) {
+        victim = top.id;
+      }
+      continue;
+    }
+    if (key < top.key) {
+      heap_.push(Keyed{key, top.id, top.stamp});  // needed sooner than thought: re-rank
+      continue;
+    }
+    if (can_evict(top.id)) {
+      victim = top.id;
+    }
+    refused.push_back(Keyed{key, top.id, top.stamp});  // stays until removed() says otherwise
+  }
+  for (const Keyed& k : refused) {
+    heap_.push(k);
+  }
+  return victim;
+}
+
+bool NextUsePolicy::worth_evicting(FileId incoming, FileId victim) {
+  const uint64_t in = oracle_.next_use(incoming);
+  const uint64_t out = oracle_.next_use(victim);
+  // Two files with no known future: LRU replaces the older one.
+  return in < out || (in == NextUseOracle::kNever && out == NextUseOracle::kNever);
+}
+
 }  // namespace epochfs::cachestore

@@ -9,7 +9,9 @@
 #include <functional>
 #include <list>
 #include <optional>
+#include <queue>
 #include <unordered_map>
+#include <vector>
 
 namespace epochfs::cachestore {
 
@@ -31,8 +33,9 @@ class EvictionPolicy {
   // or nullopt if there is none.
   virtual std::optional<FileId> choose_victim(const std::function<bool(FileId)>& can_evict) = 0;
 
-  // Whether a file not yet cached should be copied in at all.
-  virtual bool admit(FileId /*id*/) { return true; }
+  // Whether a file not yet cached is worth evicting `victim` (the policy's choice) for. When
+  // it is not, the file is not cached at all (bypass).
+  virtual bool worth_evicting(FileId /*incoming*/, FileId /*victim*/) { return true; }
 
   // Number of resident files the policy tracks.
   virtual size_t size() const = 0;
@@ -60,6 +63,66 @@ class LruPolicy final : public EvictionPolicy {
 
   std::list<FileId> order_;  // front: most recent
   std::unordered_map<FileId, std::list<FileId>::iterator> where_;
+};
+
+// When each file will be needed next, as the prefetch engine knows from published orders.
+// Implemented above this module; called with the CacheStore's lock held, so an implementation
+// may take only leaf locks of its own and must never call into the CacheStore.
+class NextUseOracle {
+ public:
+  static constexpr uint64_t kNever = UINT64_MAX;
+
+  virtual ~NextUseOracle() = default;
+
+  // A value that grows with how far in the future id is needed next (comparable between
+  // files, stable while nothing about id changes); kNever if no use is known.
+  virtual uint64_t next_use(FileId id) = 0;
+};
+
+// Known-future eviction (Belady's MIN, with bypass): evicts the file needed farthest in the
+// future, files with no known next use first (least recently used among them), and refuses to
+// cache a file needed later than the file it would displace. Without published orders every
+// file is kNever, and this is exactly LRU.
+//
+// Next-use values change as the trainer moves on, so they are kept in a max-heap with lazily
+// refreshed keys: a popped entry is re-asked from the oracle and pushed back if it moved closer.
+// A file consumed by a reader is re-keyed through accessed().
+class NextUsePolicy final : public EvictionPolicy {
+ public:
+  explicit NextUsePolicy(NextUseOracle& oracle) : oracle_(oracle) {}
+
+  void inserted(FileId id) override { file_key(id); }
+
+  void accessed(FileId id) override {
+    if (stamp_.count(id) != 0) {
+      file_key(id);
+    }
+  }
+
+  void removed(FileId id) override;
+  std::optional<FileId> choose_victim(const std::function<bool(FileId)>& can_evict) override;
+  bool worth_evicting(FileId incoming, FileId victim) override;
+
+  size_t size() const override { return stamp_.size(); }
+
+ private:
+  struct Keyed {
+    uint64_t key;
+    FileId id;
+    uint32_t stamp;
+
+    bool operator<(const Keyed& o) const { return key < o.key; }
+  };
+
+  void file_key(FileId id);
+  void rebuild_heap();
+
+  NextUseOracle& oracle_;
+  // Resident files with their current stamp; heap entries with another stamp are stale.
+  std::unordered_map<FileId, uint32_t> stamp_;
+  uint32_t next_stamp_ = 1;
+  std::priority_queue<Keyed> heap_;  // files with a known next use
+  LruPolicy never_;                  // files with no known next use
 };
 
 }  // namespace epochfs::cachestore

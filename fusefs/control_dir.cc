@@ -28,8 +28,11 @@ struct stat control_attr(InodeId id) {
   st.st_uid = getuid();
   st.st_gid = getgid();
   if (id == kControlDirId) {
-    st.st_mode = S_IFDIR | 0555;
+    st.st_mode = S_IFDIR | 0755;  // writable: new files publish orders
     st.st_nlink = 2;
+  } else if (id >= kUploadIdBase) {
+    st.st_mode = S_IFREG | 0200;  // an order being written
+    st.st_nlink = 1;
   } else {
     // Size 0: the content is made at open and read with direct I/O, whatever its length.
     st.st_mode = S_IFREG | 0444;
@@ -110,9 +113,85 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("dropped_stale", c.dropped_stale);
   o.field("dropped_damaged", c.dropped_damaged);
   o.field("skipped_no_room", c.skipped_no_room);
+  o.field("bypassed", c.bypassed);
   o.field("skipped_suspended", c.skipped_suspended);
   o.field("errors_no_space", c.errors_no_space);
   o.field("errors_io", c.errors_io);
+  o.close();
+}
+
+void epoch_fields(std::ostringstream& out, int indent, const prefetch::EpochRecord& r) {
+  JsonObject o(out, indent);
+  o.field("epoch", r.epoch);
+  o.field("length", r.length);
+  o.field("opens", r.opens);
+  o.field("hits", r.hits);
+  o.field("misses", r.misses);
+  o.field("hit_rate", r.hits + r.misses == 0 ? 0.0 : double(r.hits) / double(r.hits + r.misses));
+  o.field("waits", r.waits);
+  o.field("stall_seconds", static_cast<double>(r.stall_ns) / 1e9);
+  o.field("bytes_from_source", r.bytes_from_source);
+  o.field("prefetches", r.copies_started);
+  o.field("seconds", r.seconds);
+  o.close();
+}
+
+void stream_fields(std::ostringstream& out, const prefetch::StreamStats& st) {
+  JsonObject o(out, 6);
+  o.field("active", st.view.active);
+  o.field("epoch", st.view.epoch);
+  o.field("epoch_length", st.view.epoch_length);
+  o.field("position", st.view.position);
+  o.field("epochs_queued", st.view.epochs_queued);
+  o.field("lead_files", st.view.planned_ahead);
+  o.field("lead_seconds", st.lead_s);
+  o.field("window_files", st.window_files);
+  o.field("rate_files_per_second", st.rate_files_s);
+  o.field("hit_rate_bound", st.hit_rate_bound);
+  o.field("rejected_entries", st.rejected_entries);
+  epoch_fields(o.start("this_epoch"), 8, st.current);
+  epoch_fields(o.start("total"), 8, st.total);
+  JsonObject history(o.start("finished_epochs"), 8);
+  for (const auto& r : st.history) {
+    epoch_fields(history.start(std::to_string(r.epoch).c_str()), 10, r);
+  }
+  history.close();
+  o.close();
+}
+
+void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
+  const auto& p = s.planner;
+  JsonObject o(out, 2);
+  o.field("publishes", p.publishes);
+  o.field("publish_failures", p.publish_failures);
+  if (p.last_publish) {
+    JsonObject last(o.start("last_publish"), 4);
+    last.field("ok", p.last_publish->ok);
+    last.field("message", p.last_publish->message);
+    last.field("stream", p.last_publish->stream);
+    last.field("epoch", p.last_publish->epoch);
+    last.field("accepted", p.last_publish->accepted);
+    last.field("rejected", p.last_publish->rejects.total);
+    JsonObject examples(last.start("rejected_examples"), 6);
+    for (size_t i = 0; i < p.last_publish->rejects.examples.size(); ++i) {
+      examples.field(std::to_string(i + 1).c_str(), p.last_publish->rejects.examples[i]);
+    }
+    examples.close();
+    last.close();
+  } else {
+    o.null_field("last_publish");
+  }
+  o.field("manifest_entries", p.manifest_entries);
+  o.field("schedule_entries", p.schedule_entries);
+  o.field("schedule_bytes", p.schedule_bytes);
+  o.field("unscheduled_opens", p.unscheduled_opens);
+  o.field("copy_latency_seconds", p.copy_latency_s);
+  o.field("prefetches", s.prefetches);
+  JsonObject streams(o.start("streams"), 4);
+  for (const auto& st : p.streams) {
+    stream_fields(streams.start(st.view.id.c_str()), st);
+  }
+  streams.close();
   o.close();
 }
 
@@ -145,7 +224,10 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("bytes_from_source", s.bytes_from_source);
   o.field("source_version_checks", s.source_stats);
   o.field("files_known", s.files_known);
+  o.field("waits", s.waits);
+  o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
   cache_fields(o.start("cache"), s);
+  prefetch_fields(o.start("prefetch"), s);
   o.close();
   out << "\n";
   return out.str();

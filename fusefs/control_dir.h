@@ -3,7 +3,9 @@
 // It is found by lookup but not listed by readdir of the root, so `ls` and dataset scanners
 // never see it. A real ".epochfs" in the source is shadowed. Today it holds `stats`, a
 // read-only JSON snapshot taken when the file is opened (docs/stats.md), and `verify`: opening
-// it checks every cached copy against its hash and gives the result as JSON (epochfs verify). Its
+// it checks every cached copy against its hash and gives the result as JSON (epochfs verify).
+// Writing a new file into it publishes a shuffle order (or, named `manifest`, a manifest); the
+// close reports whether it was published. Its
 // nodes have fixed ids far above any the InodeTable hands out, and the kernel's references to them
 // need no counting: they live as long as the mount.
 //
@@ -25,6 +27,11 @@ inline constexpr char kControlDirName[] = ".epochfs";
 inline constexpr InodeId kControlDirId = InodeId{1} << 62;
 inline constexpr InodeId kStatsFileId = kControlDirId + 1;
 inline constexpr InodeId kVerifyFileId = kControlDirId + 2;
+
+// Files being written into the control directory (orders, manifests) get ids from here up.
+inline constexpr InodeId kUploadIdBase = kControlDirId + 1024;
+// The name under which a written file is a manifest; any other new name is an order.
+inline constexpr char kManifestName[] = "manifest";
 
 inline bool is_control(InodeId id) { return id >= kControlDirId; }
 

@@ -150,8 +150,48 @@ Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
 }
 
 void Filesystem::release(FileHandle* file) {
-  engine_.close_file(file->file);
+  if (file->upload) {
+    (void)flush(*file);  // a writer that never flushed (killed) still gets its verdict logged
+  } else {
+    engine_.close_file(file->file);
+  }
   files_.remove(file);
+}
+
+Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name) {
+  if (parent != kControlDirId) {
+    return Status::error(kReadOnlyError, "create");
+  }
+  if (!cachestore::is_valid_name(name)) {
+    return Status::error(EINVAL, "create .epochfs/" + std::string(name));
+  }
+  if (control_lookup(parent, name)) {
+    return Status::error(EEXIST, "create .epochfs/" + std::string(name));
+  }
+  auto handle = std::make_unique<FileHandle>();
+  handle->is_control = true;
+  handle->upload =
+      engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
+                                                 : prefetch::OrderUpload::Kind::kOrder);
+  const InodeId id = next_upload_id_.fetch_add(1, std::memory_order_relaxed);
+  return CreateResult{Entry{id, control_attr(id)}, files_.add(std::move(handle))};
+}
+
+Status Filesystem::write(FileHandle& file, uint64_t offset, std::string_view data) {
+  if (!file.upload) {
+    return Status::error(kReadOnlyError, "write");
+  }
+  cachestore::MutexLock lock(file.upload_mu);
+  return file.upload->write(offset, data);
+}
+
+Status Filesystem::flush(FileHandle& file) {
+  if (!file.upload) {
+    return Status::ok();
+  }
+  cachestore::MutexLock lock(file.upload_mu);
+  const auto& report = file.upload->finish();
+  return report.ok ? Status::ok() : Status::error(EINVAL, "publish: " + report.message);
 }
 
 void Filesystem::count_read(const FileHandle& file, uint64_t size, uint64_t offset) {
@@ -175,12 +215,12 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
     return stale_if_gone(file.status());
   }
   const bool unchanged = inodes_.note_version(id, file.value().version);
-  auto handle = std::unique_ptr<FileHandle>(new (std::nothrow)
-                                                FileHandle{std::move(file).value(), false, {}});
+  auto handle = std::unique_ptr<FileHandle>(new (std::nothrow) FileHandle);
   if (!handle) {
     engine_.close_file(file.value());
     return Status::error(ENOMEM, "open");
   }
+  handle->file = std::move(file).value();
   return OpenResult{files_.add(std::move(handle)), options_.immutable || unchanged};
 }
 
@@ -209,6 +249,9 @@ Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) const {
 }
 
 Status Filesystem::access(InodeId id, int mask) const {
+  if (id == kControlDirId) {
+    return Status::ok();  // orders are written into it
+  }
   if ((mask & W_OK) != 0) {
     return Status::error(kReadOnlyError, "access for writing");
   }

@@ -13,13 +13,16 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
+#include "cachestore/sync.h"
 #include "cachestore/unique_fd.h"
+#include "fusefs/control_dir.h"
 #include "fusefs/dir_handle.h"
 #include "fusefs/handle_table.h"
 #include "fusefs/inode_table.h"
@@ -49,6 +52,14 @@ struct FileHandle {
   // For a control file (.epochfs/stats): its content, made at open; file.fd is unused.
   bool is_control = false;
   std::string control_content;
+  // For a file being written into .epochfs/: the order or manifest it carries.
+  std::unique_ptr<prefetch::OrderUpload> upload;
+  cachestore::Mutex upload_mu;  // writes and flushes of one handle may come from two threads
+};
+
+struct CreateResult {
+  Entry entry;
+  FileHandle* handle;  // owned by the Filesystem until release()
 };
 
 struct OpenResult {
@@ -81,6 +92,14 @@ class Filesystem {
   void releasedir(DirHandle* dir);
   cachestore::Result<OpenResult> open(InodeId id, int flags);
   void release(FileHandle* file);
+  // A new file in the control directory: an upload of an order (or of the manifest). EROFS
+  // anywhere else.
+  cachestore::Result<CreateResult> create(InodeId parent, std::string_view name);
+  // Data written to an upload; EROFS for any other file.
+  cachestore::Status write(FileHandle& file, uint64_t offset, std::string_view data);
+  // The writer closed the file: an upload is published now; EINVAL if it was refused (cut
+  // short, no usable entries), with the reason in the log and in stats.
+  cachestore::Status flush(FileHandle& file);
   // size bytes at offset were requested from file; counts what was served.
   void count_read(const FileHandle& file, uint64_t size, uint64_t offset);
   cachestore::Result<struct statvfs> statfs() const;
@@ -108,6 +127,7 @@ class Filesystem {
   InodeTable inodes_;
   HandleTable<FileHandle> files_;
   HandleTable<DirHandle> dirs_;
+  std::atomic<InodeId> next_upload_id_{kUploadIdBase};
 };
 
 }  // namespace epochfs::fusefs

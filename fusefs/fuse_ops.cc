@@ -22,6 +22,7 @@ namespace epochfs::fusefs {
 namespace {
 
 using cachestore::LogLevel;
+using cachestore::Status;
 
 struct fuse_conn_info_opts* g_conn_opts = nullptr;
 
@@ -276,6 +277,40 @@ void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t /*mode*/,
+               fuse_file_info* fi) {
+  Filesystem& fs = fs_of(req);
+  auto created = fs.create(parent, name);
+  if (!created.is_ok()) {
+    reply_status(req, created.status());
+    return;
+  }
+  // No caching of an upload's name or attributes: it exists only while it is being written.
+  fuse_entry_param e = make_entry(fs, created.value().entry.id, created.value().entry.attr);
+  e.attr_timeout = 0;
+  e.entry_timeout = 0;
+  fi->fh = reinterpret_cast<uint64_t>(created.value().handle);
+  fi->direct_io = 1;  // every write reaches the parser, in order, without the page cache
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    fs.release(created.value().handle);  // interrupted: no release will come
+  }
+}
+
+void op_write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
+              fuse_file_info* fi) {
+  Status written =
+      fs_of(req).write(*file_of(fi), static_cast<uint64_t>(off), std::string_view(data, size));
+  if (!written.is_ok()) {
+    reply_status(req, written);
+    return;
+  }
+  fuse_reply_write(req, size);
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  reply_status(req, fs_of(req).flush(*file_of(fi)));
+}
+
 void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   fs_of(req).release(file_of(fi));
   fuse_reply_err(req, 0);
@@ -358,7 +393,13 @@ fuse_lowlevel_ops make_operations() {
   ops.listxattr = Guarded<op_listxattr>::call;
   ops.access = Guarded<op_access>::call;
   // Modifying operations: each answers EROFS through reply_read_only.
-  ops.setattr = [](fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) {
+  ops.setattr = [](fuse_req_t req, fuse_ino_t ino, struct stat*, int, fuse_file_info*) {
+    if (ino >= kUploadIdBase) {
+      // Writers of an order may truncate it or set its mode and times: nothing to keep.
+      const struct stat st = control_attr(ino);
+      fuse_reply_attr(req, &st, 0);
+      return;
+    }
     reply_read_only(req);
   };
   ops.mknod = [](fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { reply_read_only(req); };
@@ -370,15 +411,11 @@ fuse_lowlevel_ops make_operations() {
     reply_read_only(req);
   };
   ops.link = [](fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { reply_read_only(req); };
-  ops.write = [](fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) {
-    reply_read_only(req);
-  };
-  ops.write_buf = [](fuse_req_t req, fuse_ino_t, fuse_bufvec*, off_t, fuse_file_info*) {
-    reply_read_only(req);
-  };
-  ops.create = [](fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
-    reply_read_only(req);
-  };
+  // Writes and creates succeed only in the control directory (publishing an order); the
+  // Filesystem answers EROFS everywhere else.
+  ops.write = Guarded<op_write>::call;
+  ops.create = Guarded<op_create>::call;
+  ops.flush = Guarded<op_flush>::call;
   ops.setxattr = [](fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
     reply_read_only(req);
   };

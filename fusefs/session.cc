@@ -59,7 +59,9 @@ void fill_args(const MountOptions& o, FuseArgs& args) {
   if (o.debug) {
     args.add("-d");
   }
-  std::string opts = "ro,fsname=" + escape_option_value(o.source) + ",subtype=epochfs";
+  // No kernel `ro` flag: orders are published by writing into .epochfs/, so writes must reach
+  // the daemon, which answers EROFS for everything else (fusefs/fuse_ops.cc).
+  std::string opts = "fsname=" + escape_option_value(o.source) + ",subtype=epochfs";
   if (o.allow_other) {
     // Other users are checked by the kernel against the source's modes.
     opts += ",allow_other,default_permissions";

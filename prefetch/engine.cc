@@ -19,6 +19,12 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
+// Errors that say an order's entry is unusable, as opposed to the source being in trouble.
+bool names_no_file(int err) {
+  return err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV || err == EISDIR ||
+         err == EINVAL || err == ENAMETOOLONG;
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -30,7 +36,13 @@ int64_t now_ns() {
 Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
                EngineOptions options)
     : source_(source), options_(options), cache_(std::move(cache)) {
+  PlannerOptions planner;
+  planner.lookahead = options_.lookahead;
+  planner.stage_threads = options_.stage_threads;
+  planner.cache_capacity = cache_ ? cache_->stats().capacity_bytes : 0;
+  planner_ = std::make_unique<Planner>(planner);
   if (cache_) {
+    cache_->set_policy(std::make_unique<cachestore::NextUsePolicy>(*planner_));
     // Copies kept by an earlier mount (--keep-cache): each is checked against the source's
     // version like any copy, and its hash at first open.
     for (const auto& copy : cache_->take_kept_copies()) {
@@ -41,14 +53,31 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
 
 void Engine::start() {
   if (cache_ && !stager_) {
-    stager_ = std::make_unique<Stager>(options_.staging_threads, options_.max_pending_copies);
+    stager_ = std::make_unique<Stager>(options_.stage_threads, options_.max_pending_copies);
+    planner_->start(this);
+  }
+  if (!options_.shuffle_file.empty() && !watch_) {
+    auto watch = OrderWatch::start(options_.shuffle_file,
+                                   [this] { return begin_upload(OrderUpload::Kind::kOrder); });
+    if (watch.is_ok()) {
+      watch_ = std::move(watch).value();
+    } else {
+      cachestore::log(cachestore::LogLevel::kError, "%s", watch.status().to_string().c_str());
+    }
   }
 }
 
 Engine::~Engine() {
-  // Copies in flight use cache_: stop them before the cache goes.
+  // The planner calls into the stager, copies in flight use cache_, and the cache's policy
+  // asks the planner: stop them in that order.
+  watch_.reset();
+  planner_->stop();
   stager_.reset();
   cache_.reset();
+}
+
+std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind) {
+  return std::make_unique<OrderUpload>(kind, registry_, *planner_);
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
@@ -99,11 +128,28 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
     return open_source(0, rel_path);
   }
   const FileId id = registry_.id_of(rel_path);
+  const auto stream = planner_->on_open(id);
+  const int stream_index = stream ? static_cast<int>(*stream) : -1;
+  OpenOutcome outcome;
+  bool own_flight = false;  // this open makes the file's one copy
   auto version = current_version(id, rel_path);
   if (version.is_ok()) {
-    if (auto fd = cache_->open_copy(id, version.value())) {
+    auto fd = cache_->open_copy(id, version.value());
+    // Claiming the flight before opening the source closes the window in which a prefetch of
+    // the same file could start: the source sees one open per file.
+    if (!fd) {
+      own_flight = stager_ != nullptr && begin_flight(id, false);
+      if (!own_flight && wait_for_flight(id, &outcome.stall_ns)) {
+        outcome.waited = true;
+        fd = cache_->open_copy(id, version.value());
+      }
+    }
+    if (fd) {
       hits_.fetch_add(1, kRelaxed);
-      return OpenFile{std::move(*fd), version.value(), id, true};
+      outcome.hit = true;
+      OpenFile file{std::move(*fd), version.value(), id, true, stream_index};
+      count_open(file, outcome);
+      return file;
     }
   }
   // A failed version check (the source unreachable, or the file gone) is answered by opening
@@ -112,27 +158,118 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
   misses_.fetch_add(1, kRelaxed);
   auto file = open_source(id, rel_path);
   if (file.is_ok()) {
-    stage_in_background(file.value(), rel_path);
+    file.value().stream = stream_index;
+    count_open(file.value(), outcome);
+    if (own_flight) {
+      stage_in_background(file.value(), rel_path);
+    }
+  } else if (own_flight) {
+    end_flight(id);
   }
   return file;
 }
 
-void Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {
-  // The copy reads through its own descriptor of the same open file: positioned reads do not
-  // disturb the reader, and no second open reaches the source.
-  if (!stager_) {
+void Engine::count_open(const OpenFile& file, const OpenOutcome& outcome) {
+  if (outcome.waited) {
+    waits_.fetch_add(1, kRelaxed);
+    stall_ns_.fetch_add(outcome.stall_ns, kRelaxed);
+  }
+  if (file.stream >= 0) {
+    planner_->count_open(static_cast<size_t>(file.stream), outcome);
+  }
+}
+
+bool Engine::begin_flight(FileId id, bool prefetch) {
+  cachestore::MutexLock lock(flights_mu_);
+  if (!flights_.emplace(id, Flight{prefetch}).second) {
+    return false;
+  }
+  prefetch_flights_ += prefetch ? 1 : 0;
+  return true;
+}
+
+void Engine::end_flight(FileId id) {
+  cachestore::MutexLock lock(flights_mu_);
+  auto it = flights_.find(id);
+  if (it != flights_.end()) {
+    prefetch_flights_ -= it->second.prefetch ? 1 : 0;
+    flights_.erase(it);
+  }
+  flight_done_.notify_all();
+}
+
+bool Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
+  const int64_t start = now_ns();
+  const auto deadline = start + static_cast<int64_t>(options_.max_wait_s * 1e9);
+  cachestore::MutexLock lock(flights_mu_);
+  if (flights_.count(id) == 0) {
+    return false;
+  }
+  while (flights_.count(id) != 0 && now_ns() < deadline) {
+    flight_done_.wait_for(std::chrono::milliseconds(100));
+  }
+  *stall_ns += static_cast<uint64_t>(now_ns() - start);
+  return true;
+}
+
+unsigned Engine::prefetch_slots() {
+  // Twice the threads: one copy running and one queued per thread keeps them all busy.
+  const unsigned limit = 2 * options_.stage_threads;
+  cachestore::MutexLock lock(flights_mu_);
+  return prefetch_flights_ >= limit ? 0 : limit - prefetch_flights_;
+}
+
+bool Engine::prefetch(FileId id, size_t stream) {
+  if (!stager_ || cache_->contains(id) || !begin_flight(id, true)) {
+    return false;
+  }
+  auto job = [this, id, stream, path = registry_.path_of(id)] {
+    prefetch_copy(id, stream, path);
+    end_flight(id);
+  };
+  if (!stager_->try_submit(std::move(job), Stager::Priority::kPrefetch)) {
+    end_flight(id);
+    return false;
+  }
+  prefetches_.fetch_add(1, kRelaxed);
+  return true;
+}
+
+void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path) {
+  if (planner_->next_use(id) == Planner::kNever) {
+    return;  // its order was replaced while the copy waited in the queue
+  }
+  auto file = open_source(id, rel_path);
+  if (!file.is_ok()) {
+    if (names_no_file(file.error_code())) {
+      planner_->reject_entry(stream, rel_path, file.status().to_string());
+    }
     return;
   }
+  const int64_t start = now_ns();
+  const auto size = static_cast<uint64_t>(file.value().version.size);
+  stage(id, rel_path, std::move(file.value().fd), file.value().version);
+  planner_->copy_finished(now_ns() - start, size);
+}
+
+void Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {
+  // The copy reads through its own descriptor of the same open file: positioned reads do not
+  // disturb the reader, and no second open reaches the source. The caller holds the flight.
   UniqueFd dup(::fcntl(file.fd.get(), F_DUPFD_CLOEXEC, 0));
   if (!dup.valid()) {
+    end_flight(file.id);
     copies_dropped_.fetch_add(1, kRelaxed);
     return;
   }
   auto job = [this, id = file.id, path = rel_path, version = file.version,
               fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
+    const int64_t start = now_ns();
     stage(id, path, std::move(*fd), version);
+    planner_->copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
+    end_flight(id);
   };
   if (!stager_->try_submit(std::move(job))) {
+    end_flight(file.id);
     copies_dropped_.fetch_add(1, kRelaxed);
   }
 }
@@ -171,6 +308,9 @@ void Engine::close_file(const OpenFile& file) {
 
 void Engine::count_read(const OpenFile& file, uint64_t bytes) {
   (file.from_cache ? bytes_from_cache_ : bytes_from_source_).fetch_add(bytes, kRelaxed);
+  if (!file.from_cache && file.stream >= 0) {
+    planner_->count_source_bytes(static_cast<size_t>(file.stream), bytes);
+  }
 }
 
 cachestore::VerifyReport Engine::verify_cache() {
@@ -187,6 +327,10 @@ EngineStats Engine::stats() const {
   s.source_stats = source_stats_.load(kRelaxed);
   s.copies_dropped = copies_dropped_.load(kRelaxed);
   s.files_known = registry_.size();
+  s.waits = waits_.load(kRelaxed);
+  s.stall_ns = stall_ns_.load(kRelaxed);
+  s.prefetches = prefetches_.load(kRelaxed);
+  s.planner = planner_->stats();
   s.copies_queued = stager_ ? stager_->pending() : 0;
   s.cache_enabled = cache_ != nullptr;
   if (cache_) {

@@ -1,20 +1,27 @@
 // Engine: the front door of the data path, between the FUSE layer and the cache store.
 //
 // fusefs asks the engine for a file's data and never touches the cache directly, so that
-// version checks, staging and (later) progress tracking each live in one place.
+// version checks, staging and progress tracking each live in one place.
 //
 // open_file, the read-through path:
-//   1. Find the source's current version: trusted from a lookup/getattr within the attribute
+//   1. Tell the planner (progress tracking: the open may advance a stream's cursor).
+//   2. Find the source's current version: trusted from a lookup/getattr within the attribute
 //      timeout (or ever, with --immutable), else one stat of the source.
-//   2. A ready cached copy of exactly that version: serve it (pinned until close_file).
-//   3. Otherwise serve the reader from the source at once, and hand a copy to the stager: it
+//   3. A ready cached copy of exactly that version: serve it (pinned until close_file).
+//   4. A copy of the file in flight (prefetch or another reader's): wait for it, then serve it.
+//   5. Otherwise serve the reader from the source at once, and hand a copy to the stager: it
 //      copies from the same open file into the cache in the background, and publishes the copy
 //      only if the source's version did not change during the copy.
 // A source error (EIO, ENOENT) reaches the reader that hit it and is never recorded in the
 // cache; a failure of the cache only ever means reading from the source.
 //
-// Shutdown order: the stager (joins its threads, so no copy touches the cache afterwards),
-// then the cache store (removes the mount's cache directory).
+// Prefetch: the Planner picks the files ahead of each stream's cursor and calls prefetch();
+// every copy, prefetch or demand, is registered as a flight, so one file is copied once and
+// readers wait for that copy instead of reading the source a second time.
+//
+// Shutdown order: the planner (no more prefetches), the stager (joins its threads, so no copy
+// touches the cache afterwards), the cache store (removes the mount's cache directory), and
+// the planner object last (the cache's eviction policy asks it for next uses).
 //
 // Thread-safety: all methods may be called concurrently from FUSE worker threads.
 #pragma once
@@ -24,12 +31,16 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "cachestore/cache_store.h"
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 #include "prefetch/file_registry.h"
+#include "prefetch/order_upload.h"
+#include "prefetch/order_watch.h"
+#include "prefetch/planner.h"
 #include "prefetch/stager.h"
 
 namespace epochfs::prefetch {
@@ -40,9 +51,15 @@ struct EngineOptions {
   // A version read from the source this recently is trusted at open.
   double attr_timeout_s = 1.0;
   // Copies in flight at once. Network storage is latency-bound: many reads in flight.
-  unsigned staging_threads = 16;
+  unsigned stage_threads = 32;
   // Copies queued or running; beyond this a copy is dropped (the reader is served anyway).
   unsigned max_pending_copies = 4096;
+  // How far ahead of each stream's cursor to stage (--lookahead).
+  Lookahead lookahead;
+  // A reader waits at most this long for a copy in flight before reading the source itself.
+  double max_wait_s = 30;
+  // A shuffle file outside the mount, published again at each new version (--shuffle-file).
+  std::string shuffle_file;
 };
 
 // A file opened for reading.
@@ -51,6 +68,7 @@ struct OpenFile {
   cachestore::FileVersion version;  // the version fd reads
   FileId id = 0;
   bool from_cache = false;  // pinned in the cache until Engine::close_file
+  int stream = -1;          // the stream whose order the open advanced, if any
 };
 
 // Counters since the mount; a snapshot.
@@ -64,17 +82,21 @@ struct EngineStats {
   uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t files_known = 0;
+  uint64_t waits = 0;       // opens that waited for a copy in flight
+  uint64_t stall_ns = 0;    // time those opens waited
+  uint64_t prefetches = 0;  // copies the planner started
   bool cache_enabled = false;
   std::string cache_dir;
   cachestore::CacheStats cache;
+  PlannerStats planner;
 };
 
-class Engine {
+class Engine final : public PrefetchSink {
  public:
   // source must outlive the engine. cache may be null: then every read goes to the source.
   Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
          EngineOptions options);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -98,6 +120,13 @@ class Engine {
 
   EngineStats stats() const;
 
+  // A new upload of an order or a manifest (a write into .epochfs/, or a watched file).
+  std::unique_ptr<OrderUpload> begin_upload(OrderUpload::Kind kind);
+
+  // PrefetchSink, for the planner.
+  unsigned prefetch_slots() override;
+  bool prefetch(FileId id, size_t stream) override;
+
   // Checks every cached copy against its recorded hash (epochfs verify). Slow: reads the cache.
   cachestore::VerifyReport verify_cache();
 
@@ -105,16 +134,28 @@ class Engine {
   cachestore::Result<cachestore::FileVersion> current_version(FileId id,
                                                               const std::string& rel_path);
   cachestore::Result<OpenFile> open_source(FileId id, const std::string& rel_path);
+  // Copies file into the cache on the stager; REQUIRES: the caller began file.id's flight
+  // (ended here).
   void stage_in_background(const OpenFile& file, const std::string& rel_path);
   void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
              const cachestore::FileVersion& version);
+  void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
+  void count_open(const OpenFile& file, const OpenOutcome& outcome);
 
-  // Dependencies, in destruction order reversed: the stager goes first.
+  // Flights: copies in progress, one per file at most.
+  bool begin_flight(FileId id, bool prefetch);
+  void end_flight(FileId id);
+  // Waits for id's copy if one is in flight; adds the time waited to *stall_ns.
+  bool wait_for_flight(FileId id, uint64_t* stall_ns);
+
+  // Dependencies, in destruction order reversed: the stager goes first, the planner last.
   const cachestore::RootDir& source_;
   const EngineOptions options_;
+  std::unique_ptr<Planner> planner_;
   std::unique_ptr<cachestore::CacheStore> cache_;
   FileRegistry registry_;
   std::unique_ptr<Stager> stager_;
+  std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
 
   // Counters. Relaxed: independent statistics, read as a snapshot.
   std::atomic<uint64_t> opens_{0};
@@ -124,6 +165,18 @@ class Engine {
   std::atomic<uint64_t> bytes_from_source_{0};
   std::atomic<uint64_t> source_stats_{0};
   std::atomic<uint64_t> copies_dropped_{0};
+  std::atomic<uint64_t> waits_{0};
+  std::atomic<uint64_t> stall_ns_{0};
+  std::atomic<uint64_t> prefetches_{0};
+
+  struct Flight {
+    bool prefetch = false;
+  };
+
+  cachestore::Mutex flights_mu_;
+  cachestore::CondVar flight_done_{&flights_mu_};
+  std::unordered_map<FileId, Flight> flights_ GUARDED_BY(flights_mu_);
+  unsigned prefetch_flights_ GUARDED_BY(flights_mu_) = 0;
 };
 
 }  // namespace epochfs::prefetch

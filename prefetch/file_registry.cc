@@ -32,6 +32,11 @@ std::optional<FileVersion> FileRegistry::observed_since(FileId id, int64_t since
   return records_[id].seen;
 }
 
+std::string FileRegistry::path_of(FileId id) const {
+  MutexLock lock(mu_);
+  return id < records_.size() ? records_[id].path : std::string();
+}
+
 size_t FileRegistry::size() const {
   MutexLock lock(mu_);
   return records_.size();

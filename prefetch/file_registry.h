@@ -36,6 +36,9 @@ class FileRegistry {
   // The version observed at or after since_ns, if any.
   std::optional<FileVersion> observed_since(FileId id, int64_t since_ns) const;
 
+  // The path of id; empty if id was never handed out.
+  std::string path_of(FileId id) const;
+
   size_t size() const;
 
  private:

@@ -32,7 +32,7 @@ Stager::Stager(unsigned threads, unsigned max_pending)
 
 Stager::~Stager() { shutdown(); }
 
-bool Stager::try_submit(std::function<void()> job) {
+bool Stager::try_submit(std::function<void()> job, Priority priority) {
   if (stopping_.load(std::memory_order_acquire)) {
     return false;
   }
@@ -40,22 +40,44 @@ bool Stager::try_submit(std::function<void()> job) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
-  boost::asio::post(pool_, [this, job = std::move(job)] {
-    // Acquire pairs with shutdown's release: after stop, queued copies are skipped.
-    thread_local const bool lowered = lower_thread_priority();
-    (void)lowered;
-    if (!stopping_.load(std::memory_order_acquire)) {
-      job();
-    }
-    pending_.fetch_sub(1, std::memory_order_relaxed);
-  });
+  {
+    cachestore::MutexLock lock(mu_);
+    (priority == Priority::kDemand ? demand_ : prefetch_).push_back(std::move(job));
+  }
+  boost::asio::post(pool_, [this] { run_one(); });
   return true;
+}
+
+void Stager::run_one() {
+  thread_local const bool lowered = lower_thread_priority();
+  (void)lowered;
+  std::function<void()> job;
+  {
+    cachestore::MutexLock lock(mu_);
+    auto& queue = demand_.empty() ? prefetch_ : demand_;
+    if (queue.empty()) {
+      return;
+    }
+    job = std::move(queue.front());
+    queue.pop_front();
+  }
+  // Acquire pairs with shutdown's release: after stop, queued copies are skipped.
+  if (!stopping_.load(std::memory_order_acquire)) {
+    job();
+  }
+  job = nullptr;  // release what the job holds (descriptors) before counting it done
+  pending_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Stager::shutdown() {
   stopping_.store(true, std::memory_order_release);
   pool_.stop();
   pool_.join();
+  cachestore::MutexLock lock(mu_);
+  pending_.fetch_sub(static_cast<unsigned>(demand_.size() + prefetch_.size()),
+                     std::memory_order_relaxed);
+  demand_.clear();
+  prefetch_.clear();
 }
 
 }  // namespace epochfs::prefetch

@@ -9,13 +9,21 @@
 // Shutdown: shutdown() (or the destructor) drops queued copies, waits for running ones, and
 // joins every thread. No thread is detached.
 //
+// Two priorities: copies a reader is waiting for, or that a reader's miss started (demand), run
+// before prefetch copies. Each submitted job posts one runner to the Asio pool, and a runner
+// takes the most urgent job queued at the time it runs, so priority holds whatever order
+// the pool runs its handlers in.
+//
 // Thread-safety: try_submit and pending may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 
 #include <boost/asio/thread_pool.hpp>
+
+#include "cachestore/sync.h"
 
 namespace epochfs::prefetch {
 
@@ -26,8 +34,10 @@ class Stager {
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
 
+  enum class Priority { kDemand, kPrefetch };
+
   // Queues job unless max_pending jobs are already queued or running. False if dropped.
-  bool try_submit(std::function<void()> job);
+  bool try_submit(std::function<void()> job, Priority priority = Priority::kDemand);
 
   unsigned pending() const { return pending_.load(std::memory_order_relaxed); }
 
@@ -38,7 +48,12 @@ class Stager {
   // Relaxed: only a bound on queue length; an off-by-one at the edge drops or keeps one hint.
   std::atomic<unsigned> pending_{0};
   std::atomic<bool> stopping_{false};
+  cachestore::Mutex mu_;
+  std::deque<std::function<void()>> demand_ GUARDED_BY(mu_);
+  std::deque<std::function<void()>> prefetch_ GUARDED_BY(mu_);
   boost::asio::thread_pool pool_;
+
+  void run_one();
 };
 
 }  // namespace epochfs::prefetch

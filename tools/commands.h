@@ -2,6 +2,8 @@
 // as one line on stderr.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,29 @@ int cmd_stats(const std::string& mountpoint, bool json);
 // Checks every cached copy against the hash recorded when it was made; damaged copies are
 // dropped by the daemon.
 int cmd_verify(const std::string& mountpoint);
+
+struct PublishOptions {
+  std::string mountpoint;
+  std::string file;
+  std::optional<uint64_t> epoch;
+  std::string stream;
+  bool manifest = false;
+};
+
+// Publishes a shuffle file (or with manifest, the manifest) to a mount; prints the daemon's
+// verdict. Fails if the order was refused.
+int cmd_publish(const PublishOptions& options);
+
+struct BenchPolicyOptions {
+  size_t files = 100000;
+  int epochs = 3;
+  std::vector<double> fractions = {0.25, 0.5, 0.75};
+  size_t memory_files = 1281167;  // ImageNet-1k's training set; 0 skips the memory figures
+};
+
+// Prints the policies' hit rates on shuffled epochs and the memory per file (a simulation
+// with the engine's own classes; no mount).
+int cmd_bench_policy(const BenchPolicyOptions& options);
 
 struct DemoOptions {
   std::string dir;  // work dir; a fresh temporary one if empty

@@ -1,5 +1,6 @@
 // epochfs: the command line. Exceptions (CLI11's) are caught here and nowhere below.
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include <exception>
 
@@ -7,6 +8,7 @@
 
 #include "cachestore/log.h"
 #include "tools/commands.h"
+#include "tools/mount_table.h"
 #include "tools/size_parse.h"
 
 namespace {
@@ -19,6 +21,7 @@ constexpr double kImmutableTimeoutS = 86400;
 struct CacheFlags {
   std::string size = "unlimited";
   std::string reserve = "5%";
+  std::string lookahead = "auto";
   bool disabled = false;
 };
 
@@ -37,10 +40,34 @@ void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
   cmd->add_flag("--keep-cache", o.cache.keep,
                 "Keep the cached copies at unmount for the next mount of the same source "
                 "(each is verified before its first use)");
-  cmd->add_option("--staging-threads", o.engine.staging_threads,
+  cmd->add_option("--stage-threads", o.engine.stage_threads,
                   "Copies into the cache run at once (reads in flight on the source)")
-      ->default_val(o.engine.staging_threads)
+      ->default_val(o.engine.stage_threads)
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--lookahead", flags.lookahead,
+                  "How far ahead of the trainer to stage: a number of files, a size (e.g. 2G), "
+                  "auto (the consumption rate times the copy latency, twice over), or 0 (no "
+                  "prefetch: the published orders only decide what the cache keeps)")
+      ->default_val(flags.lookahead);
+  cmd->add_option("--shuffle-file", o.engine.shuffle_file,
+                  "A shuffle file outside the mount, published at mount and again at each new "
+                  "version (write it elsewhere, then rename it onto PATH)");
+}
+
+// "auto", a count of files ("5000") or a size ("2G").
+std::optional<epochfs::prefetch::Lookahead> parse_lookahead(const std::string& text) {
+  using epochfs::prefetch::Lookahead;
+  if (text == "auto") {
+    return Lookahead{};
+  }
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    return Lookahead{Lookahead::Kind::kFiles, std::stoull(text)};
+  }
+  auto bytes = epochfs::tools::parse_size(text);
+  if (!bytes || *bytes == 0) {
+    return std::nullopt;
+  }
+  return Lookahead{Lookahead::Kind::kBytes, *bytes};
 }
 
 // Fills o.cache from the flags; false (with a message) if one is malformed.
@@ -63,6 +90,24 @@ bool apply_cache_flags(const CacheFlags& flags, MountOptions& o) {
     return false;
   }
   o.cache.reserve_fraction = *reserve;
+  auto lookahead = parse_lookahead(flags.lookahead);
+  if (!lookahead) {
+    fprintf(stderr, "epochfs: --lookahead %s: expected auto, a number of files or a size\n",
+            flags.lookahead.c_str());
+    return false;
+  }
+  o.engine.lookahead = *lookahead;
+  if (!o.engine.shuffle_file.empty()) {
+    // The daemon changes directory when it detaches: keep the path absolute.
+    o.engine.shuffle_file = epochfs::tools::absolute_path(o.engine.shuffle_file);
+    const std::string dir = o.engine.shuffle_file.substr(0, o.engine.shuffle_file.rfind('/'));
+    struct stat st;
+    if (::stat(dir.empty() ? "/" : dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "epochfs: --shuffle-file %s: its directory does not exist\n",
+              o.engine.shuffle_file.c_str());
+      return false;
+    }
+  }
   return true;
 }
 
@@ -125,6 +170,31 @@ int run(int argc, char** argv) {
   auto* verify = app.add_subcommand("verify", "Check every cached copy against its hash");
   verify->add_option("mountpoint", verify_path)->required();
 
+  epochfs::tools::PublishOptions publish;
+  auto* publish_cmd =
+      app.add_subcommand("publish", "Publish a shuffle order (or a manifest) to a mount");
+  publish_cmd->add_option("mountpoint", publish.mountpoint)->required();
+  publish_cmd->add_option("file", publish.file, "Shuffle file: one path or index per line")
+      ->required();
+  publish_cmd->add_option("--epoch", publish.epoch, "Epoch number (overrides the file's)");
+  publish_cmd->add_option("--stream", publish.stream,
+                          "Stream id, one per rank (overrides the file's)");
+  publish_cmd->add_flag("--manifest", publish.manifest,
+                        "FILE is the manifest that index-form orders refer to");
+
+  epochfs::tools::BenchPolicyOptions bench_policy;
+  auto* bench_policy_cmd = app.add_subcommand(
+      "bench-policy", "Hit rates of the eviction policies on shuffled epochs (simulation)");
+  bench_policy_cmd->add_option("--files", bench_policy.files, "Files in the dataset")
+      ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
+  bench_policy_cmd->add_option("--epochs", bench_policy.epochs)->check(CLI::Range(2, 100));
+  bench_policy_cmd
+      ->add_option("--cache", bench_policy.fractions, "Cache sizes as fractions of the dataset")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.0));
+  bench_policy_cmd->add_option("--memory-files", bench_policy.memory_files,
+                               "Files for the memory figures (0: skip)");
+
   epochfs::tools::DemoOptions demo;
   auto* demo_cmd = app.add_subcommand("demo", "Read a sample dataset through a mount and directly");
   demo_cmd->add_option("--dir", demo.dir, "Work directory (default: a new temporary one)");
@@ -160,6 +230,12 @@ int run(int argc, char** argv) {
   }
   if (app.got_subcommand("stats")) {
     return epochfs::tools::cmd_stats(stats_path, stats_json);
+  }
+  if (app.got_subcommand("bench-policy")) {
+    return epochfs::tools::cmd_bench_policy(bench_policy);
+  }
+  if (app.got_subcommand("publish")) {
+    return epochfs::tools::cmd_publish(publish);
   }
   if (app.got_subcommand("verify")) {
     return epochfs::tools::cmd_verify(verify_path);

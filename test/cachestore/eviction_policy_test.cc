@@ -171,7 +171,7 @@ TEST_CASE("LruPolicy ignores hits on files it does not hold", "[eviction_policy]
   CHECK(p.size() == 2);
   CHECK(oldest(p) == FileId{1});
   CHECK(p.choose_victim([](FileId id) { return id == 42; }) == std::nullopt);
-  CHECK(p.admit(42));  // LRU admits everything
+  CHECK(p.worth_evicting(42, 1));  // LRU admits everything
 }
 
 TEST_CASE("LruPolicy matches a brute-force LRU model on random traces", "[eviction_policy]") {

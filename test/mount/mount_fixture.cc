@@ -7,6 +7,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,6 +81,34 @@ std::optional<int> Mount::wait_exit() {
   auto code = tools::wait_exit(pid_, kMountTimeout);
   reaped_ = code.has_value();
   return code;
+}
+
+SlowSource::SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
+                       unsigned max_inflight)
+    : mountpoint_(mountpoint) {
+  fs::create_directories(mountpoint_);
+  pid_ = tools::spawn({EPOCHFS_SLOWFS_BINARY, source, mountpoint_, "--latency-ms",
+                       std::to_string(latency_ms), "--max-inflight", std::to_string(max_inflight)});
+  REQUIRE(pid_ > 0);
+  if (!tools::wait_for_mount(mountpoint_, "fuse.slowfs", pid_, kMountTimeout)) {
+    tools::stop_mount(mountpoint_, pid_, kMountTimeout);
+    pid_ = -1;
+    FAIL("the slow source at " << mountpoint_ << " did not come up");
+  }
+}
+
+SlowSource::~SlowSource() {
+  if (pid_ > 0) {
+    tools::stop_mount(mountpoint_, pid_, kMountTimeout);
+  }
+}
+
+uint64_t SlowSource::opens(const std::string& rel_path) const {
+  const std::string path = rel_path.empty() ? mountpoint_ : mountpoint_ + "/" + rel_path;
+  char buf[32] = {};
+  const ssize_t n = ::getxattr(path.c_str(), "user.slowfs.opens", buf, sizeof(buf) - 1);
+  REQUIRE(n > 0);
+  return std::stoull(std::string(buf, static_cast<size_t>(n)));
 }
 
 CommandResult run_epochfs(const std::vector<std::string>& args) {

@@ -60,6 +60,26 @@ class Mount {
   bool reaped_ = false;
 };
 
+// Slow shared storage: epochfs-slowfs serving source at mountpoint, each open and read
+// answered after latency_ms. Unmounted in the destructor, like Mount.
+class SlowSource {
+ public:
+  SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
+             unsigned max_inflight = 64);
+  ~SlowSource();
+  SlowSource(const SlowSource&) = delete;
+  SlowSource& operator=(const SlowSource&) = delete;
+
+  const std::string& path() const { return mountpoint_; }
+
+  // Times rel_path was opened on this source ("" for all files).
+  uint64_t opens(const std::string& rel_path = "") const;
+
+ private:
+  std::string mountpoint_;
+  pid_t pid_ = -1;
+};
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr

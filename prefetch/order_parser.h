@@ -1,0 +1,110 @@
+// OrderParser: reads a shuffle file (docs/user-guide.md, "The shuffle file") as a stream.
+//
+// Input arrives in chunks of any size (FUSE writes, reads of a watched file); the parser keeps
+// only the current line, so a 10-million-line order costs memory only for the schedule its
+// sink builds. Lines end with LF or CRLF. A line is one of:
+//   - blank: ignored;
+//   - `#keyword value` before the first entry, with keyword one of form, epoch, stream, count:
+//     a directive (the first of each keyword wins, later ones are reported and ignored);
+//   - `#end`: the end marker; lines after it are rejected;
+//   - any other line starting with `#`: a comment;
+//   - an entry: a relative path (form paths, the default) or a decimal index into the manifest
+//     (form indices).
+// Entries are checked for what can be decided without the source: valid UTF-8, no NUL, not too
+// long, relative, no `..`; paths are normalised (`./a//b` becomes `a/b`). A bad entry is
+// skipped and reported; the rest still count. finish() checks `#count N`: exactly N entry
+// lines (good or bad) were read. That is the guard against a writer cut short: without it a
+// truncated file would look like a shorter order. A plain list with no header is accepted as is.
+//
+// Thread-safety: none; one parser per input.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cachestore/status.h"
+
+namespace epochfs::prefetch {
+
+enum class OrderForm : uint8_t { kPaths, kIndices };
+
+struct OrderHeader {
+  std::optional<OrderForm> form;
+  std::optional<uint64_t> epoch;
+  std::optional<std::string> stream;
+  std::optional<uint64_t> count;
+};
+
+// What was skipped, for stats and the log: counts by reason and the first few examples.
+struct RejectReport {
+  static constexpr size_t kExamples = 5;
+
+  uint64_t total = 0;
+  std::vector<std::string> examples;  // "line 12: escapes the root: ../etc/passwd"
+
+  void add(uint64_t line, std::string_view reason, std::string_view text);
+};
+
+// Escapes text for a log line or JSON string: printable ASCII kept, anything else as \xNN;
+// at most max_bytes of input are shown.
+std::string escape_for_log(std::string_view text, size_t max_bytes = 80);
+
+// Longest line accepted, in bytes (PATH_MAX).
+inline constexpr size_t kMaxLineBytes = 4096;
+
+class OrderParser {
+ public:
+  // Called for each accepted entry of form paths (a normalised relative path) or indices
+  // (the index, as a string of digits; see parse_index). line: 1-based line number.
+  using EntrySink = std::function<void(std::string_view entry, uint64_t line)>;
+
+  // default_form: the form when the header has no `#form` (manifests are always paths).
+  OrderParser(EntrySink sink, RejectReport* rejects, OrderForm default_form = OrderForm::kPaths);
+
+  void feed(std::string_view bytes);
+
+  // End of input. Fails (EINVAL, with the reason) when the order must not be published:
+  // a `#count` that does not match, or an input with no entries at all.
+  cachestore::Status finish();
+
+  const OrderHeader& header() const { return header_; }
+
+  OrderForm form() const { return header_.form.value_or(default_form_); }
+
+  uint64_t entry_lines() const { return entry_lines_; }
+
+  // The form in effect once the first entry was seen; later `#form` lines are ignored.
+  bool entries_started() const { return entry_lines_ > 0; }
+
+ private:
+  void line(std::string_view text);
+  void directive(std::string_view text);
+  void entry(std::string_view text);
+  void reject(std::string_view reason, std::string_view text);
+
+  EntrySink sink_;
+  RejectReport* rejects_;
+  OrderForm default_form_;
+  OrderHeader header_;
+  std::string partial_;    // the current line, not yet ended
+  bool overlong_ = false;  // the current line passed kMaxLineBytes: skip to its end
+  bool ended_ = false;     // an `#end` line was read
+  uint64_t line_no_ = 0;
+  uint64_t entry_lines_ = 0;
+};
+
+// Normalises a relative path from an order or manifest: drops empty and `.` components.
+// nullopt, with the reason in *why, if it is absolute or has a `..` component or is empty.
+std::optional<std::string> normalise_relative(std::string_view path, const char** why);
+
+// A decimal index (no sign, no spaces, fits 32 bits); nullopt otherwise.
+std::optional<uint32_t> parse_index(std::string_view text);
+
+// True if text is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
+bool valid_utf8(std::string_view text);
+
+}  // namespace epochfs::prefetch

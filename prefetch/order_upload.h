@@ -1,0 +1,55 @@
+// OrderUpload: one shuffle file or manifest on its way in, from any channel (a file written into
+// <mount>/.epochfs/, the file watched by --shuffle-file, `epochfs publish`).
+//
+// Bytes are parsed as they arrive (OrderParser), and each entry is mapped to a file id at once,
+// so an upload holds the schedule it builds and nothing of the text. finish() publishes the
+// result through the Planner, or refuses it whole when the file was cut short (#count).
+//
+// Thread-safety: none; one upload is written by one writer at a time (its FUSE handle's lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "cachestore/status.h"
+#include "prefetch/file_registry.h"
+#include "prefetch/order_parser.h"
+#include "prefetch/planner.h"
+
+namespace epochfs::prefetch {
+
+class OrderUpload {
+ public:
+  enum class Kind { kOrder, kManifest };
+
+  OrderUpload(Kind kind, FileRegistry& registry, Planner& planner);
+
+  // Adds bytes written at offset. An upload is written front to back: a write at any other
+  // offset fails with EINVAL and the upload will not publish.
+  cachestore::Status write(uint64_t offset, std::string_view bytes);
+
+  // The end of the input: parses what is left and publishes. Later calls return the same
+  // report.
+  const PublishReport& finish();
+
+  bool finished() const { return report_.has_value(); }
+
+ private:
+  void add_entry(std::string_view entry, uint64_t line);
+
+  const Kind kind_;
+  FileRegistry& registry_;
+  Planner& planner_;
+  RejectReport rejects_;
+  OrderParser parser_;
+  std::vector<FileId> entries_;
+  std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
+  uint64_t next_offset_ = 0;
+  std::optional<std::string> broken_;  // why the upload cannot publish
+  std::optional<PublishReport> report_;
+};
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,130 @@
+#include "prefetch/order_watch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <climits>
+
+#include "cachestore/log.h"
+
+namespace epochfs::prefetch {
+
+using cachestore::LogLevel;
+using cachestore::Result;
+using cachestore::Status;
+using cachestore::UniqueFd;
+
+namespace {
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) {
+    return ".";
+  }
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<OrderWatch>> OrderWatch::start(const std::string& path,
+                                                      NewUpload new_upload) {
+  UniqueFd inotify(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!inotify.valid()) {
+    return Status::error(errno, "inotify_init1");
+  }
+  const std::string dir = dir_of(path);
+  if (inotify_add_watch(inotify.get(), dir.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO) < 0) {
+    return Status::error(errno, "--shuffle-file: watch " + dir);
+  }
+  UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid()) {
+    return Status::error(errno, "eventfd");
+  }
+  return std::unique_ptr<OrderWatch>(
+      new OrderWatch(path, std::move(new_upload), std::move(inotify), std::move(wake)));
+}
+
+OrderWatch::OrderWatch(std::string path, NewUpload new_upload, UniqueFd inotify, UniqueFd wake)
+    : path_(std::move(path)),
+      name_(base_of(path_)),
+      new_upload_(std::move(new_upload)),
+      inotify_(std::move(inotify)),
+      wake_(std::move(wake)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+OrderWatch::~OrderWatch() {
+  const uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));
+  thread_.join();
+}
+
+void OrderWatch::run() {
+  if (::access(path_.c_str(), F_OK) == 0) {
+    publish_file();
+  }
+  alignas(inotify_event) char buf[16 * (sizeof(inotify_event) + NAME_MAX + 1)];
+  while (true) {
+    pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
+      cachestore::log(LogLevel::kError, "--shuffle-file: poll: %s", strerror(errno));
+      return;
+    }
+    if ((fds[1].revents & POLLIN) != 0) {
+      return;
+    }
+    bool changed = false;
+    ssize_t n;
+    while ((n = ::read(inotify_.get(), buf, sizeof(buf))) > 0) {
+      for (char* p = buf; p < buf + n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(p);
+        changed |= event->len > 0 && name_ == event->name;
+        p += sizeof(inotify_event) + event->len;
+      }
+    }
+    if (changed) {
+      publish_file();  // several events in one batch: the file is read once, as it is now
+    }
+  }
+}
+
+void OrderWatch::publish_file() {
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) {
+    cachestore::log(LogLevel::kWarning, "--shuffle-file %s: %s", path_.c_str(), strerror(errno));
+    return;
+  }
+  auto upload = new_upload_();
+  char buf[1 << 16];
+  uint64_t offset = 0;
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      cachestore::log(LogLevel::kWarning, "--shuffle-file %s: read: %s", path_.c_str(),
+                      strerror(errno));
+      return;
+    }
+    if (n == 0) {
+      break;
+    }
+    (void)upload->write(offset, std::string_view(buf, static_cast<size_t>(n)));
+    offset += static_cast<uint64_t>(n);
+  }
+  upload->finish();  // logs and counts the verdict
+}
+
+}  // namespace epochfs::prefetch

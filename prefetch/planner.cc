@@ -1,0 +1,363 @@
+#include "prefetch/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "cachestore/log.h"
+
+namespace epochfs::prefetch {
+
+using cachestore::LogLevel;
+using cachestore::MutexLock;
+
+namespace {
+
+constexpr char kDefaultStream[] = "default";
+constexpr int64_t kRateWindowNs = 1'000'000'000;
+constexpr auto kIdlePoll = std::chrono::milliseconds(50);
+// Before anything was measured: a network file system's copy of a small file.
+constexpr double kInitialCopyLatencyS = 0.005;
+constexpr double kInitialFileBytes = 128 * 1024;
+// Log lines for entries found unusable while staging, per mount; the rest are only counted.
+constexpr uint64_t kRejectLogLines = 5;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void add_record(EpochRecord& to, const EpochRecord& from) {
+  to.opens += from.opens;
+  to.hits += from.hits;
+  to.misses += from.misses;
+  to.waits += from.waits;
+  to.stall_ns += from.stall_ns;
+  to.bytes_from_source += from.bytes_from_source;
+  to.copies_started += from.copies_started;
+  to.seconds += from.seconds;
+}
+
+}  // namespace
+
+Planner::Planner(PlannerOptions options) : options_(options) {}
+
+Planner::~Planner() { stop(); }
+
+void Planner::start(PrefetchSink* sink) {
+  if (thread_.joinable()) {
+    return;
+  }
+  sink_ = sink;
+  thread_ = std::thread([this] { run(); });
+}
+
+void Planner::stop() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void Planner::run() {
+  while (true) {
+    {
+      MutexLock lock(mu_);
+      if (!dirty_ && !stopping_) {
+        wake_.wait_for(kIdlePoll);
+      }
+      if (stopping_) {
+        return;
+      }
+      dirty_ = false;
+    }
+    // One pass: hand the sink up to its free slots, taking one file per stream in turn.
+    unsigned budget = sink_->prefetch_slots();
+    while (budget > 0) {
+      std::vector<std::pair<FileId, size_t>> picks;
+      {
+        MutexLock lock(mu_);
+        for (bool found = true; found && picks.size() < budget;) {
+          found = false;
+          for (size_t s = 0; s < schedule_.stream_count() && picks.size() < budget; ++s) {
+            const uint64_t window = window_for(s);
+            if (window == 0) {
+              continue;
+            }
+            if (auto id = schedule_.next_to_stage(s, window)) {
+              picks.emplace_back(*id, s);
+              found = true;
+            }
+          }
+        }
+      }
+      if (picks.empty()) {
+        break;
+      }
+      for (const auto& [id, stream] : picks) {
+        if (sink_->prefetch(id, stream)) {
+          --budget;
+          count_copy_started(stream);
+        }
+      }
+    }
+  }
+}
+
+uint64_t Planner::window_for(size_t stream) const {
+  const uint64_t threads = options_.stage_threads;
+  const double mean_bytes = copies_measured_ > 0 ? mean_file_bytes_ : kInitialFileBytes;
+  uint64_t files = 0;
+  switch (options_.lookahead.kind) {
+    case Lookahead::Kind::kFiles:
+      return options_.lookahead.amount;  // 0: no prefetch, the known future only evicts
+    case Lookahead::Kind::kBytes:
+      files = static_cast<uint64_t>(static_cast<double>(options_.lookahead.amount) / mean_bytes);
+      break;
+    case Lookahead::Kind::kAuto: {
+      const double rate = stream < rates_.size() ? rates_[stream].per_s : 0;
+      const double latency = copies_measured_ > 0 ? copy_latency_s_ : kInitialCopyLatencyS;
+      files = std::max<uint64_t>(2 * threads,
+                                 static_cast<uint64_t>(std::ceil(2 * rate * latency)) + threads);
+      break;
+    }
+  }
+  // Never plan more than half the cache ahead: the rest holds what is kept for later.
+  if (options_.cache_capacity != UINT64_MAX) {
+    files = std::min<uint64_t>(
+        files,
+        static_cast<uint64_t>(static_cast<double>(options_.cache_capacity) / 2 / mean_bytes));
+  }
+  return std::max<uint64_t>(1, files);
+}
+
+PublishReport Planner::record(PublishReport report) {
+  ++publishes_;
+  if (!report.ok) {
+    ++publish_failures_;
+  }
+  last_publish_ = report;
+  return report;
+}
+
+PublishReport Planner::publish(const OrderHeader& header, std::vector<FileId> entries,
+                               RejectReport rejects) {
+  PublishReport report;
+  report.stream = header.stream.value_or(kDefaultStream);
+  report.accepted = entries.size();
+  report.rejects = std::move(rejects);
+  {
+    MutexLock lock(mu_);
+    auto published = schedule_.publish(report.stream, header.epoch, std::move(entries));
+    if (!published.is_ok()) {
+      report.message =
+          "stream " + report.stream + ": not published: " + published.status().context();
+      report = record(std::move(report));
+    } else {
+      const auto& p = published.value();
+      report.ok = true;
+      report.epoch = p.epoch;
+      report.message = "stream " + report.stream + " epoch " + std::to_string(p.epoch) + ": " +
+                       std::to_string(report.accepted) + " entries published" +
+                       (p.replaced ? " (replacing the earlier order)" : "") + ", " +
+                       std::to_string(report.rejects.total) + " skipped";
+      if (streams_.size() <= p.stream) {
+        streams_.resize(p.stream + 1);
+        rates_.resize(p.stream + 1);
+        epoch_started_ns_.resize(p.stream + 1, now_ns());
+      }
+      note_rejects(p.stream, report.rejects);
+      if (streams_[p.stream].current.opens == 0) {
+        const auto view = schedule_.view(p.stream);
+        streams_[p.stream].current.epoch = view.epoch;
+        streams_[p.stream].current.length = view.epoch_length;
+      }
+      dirty_ = true;
+      wake_.notify_one();
+      report = record(std::move(report));
+    }
+  }
+  cachestore::log(report.ok ? LogLevel::kInfo : LogLevel::kWarning, "publish: %s",
+                  report.message.c_str());
+  for (const auto& example : report.rejects.examples) {
+    cachestore::log(LogLevel::kWarning, "publish: skipped %s", example.c_str());
+  }
+  return report;
+}
+
+PublishReport Planner::publish_manifest(std::vector<FileId> manifest, RejectReport rejects) {
+  PublishReport report;
+  report.stream = "manifest";
+  report.ok = !manifest.empty();
+  report.accepted = manifest.size();
+  report.rejects = std::move(rejects);
+  report.message = report.ok ? "manifest: " + std::to_string(manifest.size()) + " paths, " +
+                                   std::to_string(report.rejects.total) + " skipped"
+                             : "manifest: no entries; not published";
+  {
+    MutexLock lock(mu_);
+    if (report.ok) {
+      manifest_ = std::make_shared<const std::vector<FileId>>(std::move(manifest));
+    }
+    report = record(std::move(report));
+  }
+  cachestore::log(report.ok ? LogLevel::kInfo : LogLevel::kWarning, "publish: %s",
+                  report.message.c_str());
+  return report;
+}
+
+PublishReport Planner::refuse(PublishReport report) {
+  report.ok = false;
+  {
+    MutexLock lock(mu_);
+    report = record(std::move(report));
+  }
+  cachestore::log(LogLevel::kWarning, "publish: %s%s%s", report.stream.c_str(),
+                  report.stream.empty() ? "" : ": ", report.message.c_str());
+  return report;
+}
+
+std::shared_ptr<const std::vector<FileId>> Planner::manifest() const {
+  MutexLock lock(mu_);
+  return manifest_;
+}
+
+void Planner::note_rejects(size_t stream, const RejectReport& rejects) {
+  streams_[stream].rejected_entries += rejects.total;
+}
+
+void Planner::finish_epoch(size_t stream, int64_t now) {
+  StreamStats& st = streams_[stream];
+  EpochRecord& cur = st.current;
+  if (cur.opens > 0) {
+    cur.seconds = static_cast<double>(now - epoch_started_ns_[stream]) / 1e9;
+    add_record(st.total, cur);
+    st.history.push_back(cur);
+    if (st.history.size() > kHistory) {
+      st.history.erase(st.history.begin());
+    }
+  }
+  const auto view = schedule_.view(stream);
+  cur = EpochRecord{};
+  cur.epoch = view.epoch;
+  cur.length = view.epoch_length;
+  epoch_started_ns_[stream] = now;
+}
+
+std::optional<size_t> Planner::on_open(FileId id) {
+  MutexLock lock(mu_);
+  auto match = schedule_.on_open(id);
+  if (!match) {
+    ++unscheduled_opens_;
+    return std::nullopt;
+  }
+  const size_t s = match->stream;
+  const int64_t now = now_ns();
+  const auto view = schedule_.view(s);
+  if (view.active && (match->new_epoch || view.epoch != streams_[s].current.epoch)) {
+    finish_epoch(s, now);
+  }
+  Rate& r = rates_[s];
+  if (now - r.window_start_ns >= kRateWindowNs) {
+    const double elapsed = static_cast<double>(now - r.window_start_ns) / 1e9;
+    const double measured =
+        r.window_start_ns == 0 ? 0 : static_cast<double>(r.window_count) / elapsed;
+    r.per_s = r.per_s == 0 ? measured : 0.5 * r.per_s + 0.5 * measured;
+    r.window_start_ns = now;
+    r.window_count = 0;
+  }
+  ++r.window_count;
+  dirty_ = true;
+  wake_.notify_one();
+  return s;
+}
+
+void Planner::count_open(size_t stream, const OpenOutcome& outcome) {
+  MutexLock lock(mu_);
+  EpochRecord& cur = streams_[stream].current;
+  ++cur.opens;
+  outcome.hit ? ++cur.hits : ++cur.misses;
+  if (outcome.waited) {
+    ++cur.waits;
+  }
+  cur.stall_ns += outcome.stall_ns;
+}
+
+void Planner::count_source_bytes(size_t stream, uint64_t bytes) {
+  MutexLock lock(mu_);
+  streams_[stream].current.bytes_from_source += bytes;
+}
+
+void Planner::count_copy_started(size_t stream) {
+  MutexLock lock(mu_);
+  ++streams_[stream].current.copies_started;
+}
+
+void Planner::copy_finished(int64_t latency_ns, uint64_t bytes) {
+  MutexLock lock(mu_);
+  const double latency = static_cast<double>(latency_ns) / 1e9;
+  if (copies_measured_ == 0) {
+    copy_latency_s_ = latency;
+    mean_file_bytes_ = static_cast<double>(bytes);
+  } else {
+    // Exponential averages over roughly the last hundred copies.
+    copy_latency_s_ += 0.01 * (latency - copy_latency_s_);
+    mean_file_bytes_ += 0.01 * (static_cast<double>(bytes) - mean_file_bytes_);
+  }
+  ++copies_measured_;
+  dirty_ = true;
+  wake_.notify_one();
+}
+
+void Planner::reject_entry(size_t stream, const std::string& path, const std::string& why) {
+  uint64_t n;
+  {
+    MutexLock lock(mu_);
+    n = ++streams_[stream].rejected_entries;
+  }
+  if (n <= kRejectLogLines) {
+    cachestore::log(LogLevel::kWarning, "order entry %s skipped: %s", escape_for_log(path).c_str(),
+                    why.c_str());
+  }
+}
+
+uint64_t Planner::next_use(FileId id) {
+  MutexLock lock(mu_);
+  return schedule_.next_use(id);
+}
+
+PlannerStats Planner::stats() const {
+  MutexLock lock(mu_);
+  PlannerStats out;
+  out.streams = streams_;
+  const double mean_bytes = copies_measured_ > 0 ? mean_file_bytes_ : kInitialFileBytes;
+  for (size_t s = 0; s < out.streams.size(); ++s) {
+    StreamStats& st = out.streams[s];
+    st.view = schedule_.view(s);
+    st.window_files = window_for(s);
+    st.rate_files_s = rates_[s].per_s;
+    st.lead_s =
+        st.rate_files_s > 0 ? static_cast<double>(st.view.planned_ahead) / st.rate_files_s : 0;
+    const double dataset = static_cast<double>(st.view.epoch_length) * mean_bytes;
+    st.hit_rate_bound = options_.cache_capacity == UINT64_MAX || dataset == 0
+                            ? 1.0
+                            : std::min(1.0, static_cast<double>(options_.cache_capacity) / dataset);
+    add_record(st.total, st.current);
+  }
+  out.publishes = publishes_;
+  out.publish_failures = publish_failures_;
+  out.last_publish = last_publish_;
+  out.manifest_entries = manifest_ ? manifest_->size() : 0;
+  out.schedule_entries = schedule_.entries_held();
+  out.schedule_bytes = schedule_.memory_bytes();
+  out.unscheduled_opens = unscheduled_opens_;
+  out.copy_latency_s = copies_measured_ > 0 ? copy_latency_s_ : 0;
+  return out;
+}
+
+}  // namespace epochfs::prefetch

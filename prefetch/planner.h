@@ -1,0 +1,186 @@
+// Planner: turns published orders into copies ahead of the trainer, and tells the cache how far
+// in the future each file is needed.
+//
+// It owns the Schedule (prefetch/schedule.h) and the manifest, takes the trainer's progress
+// from opens (on_open), and runs one planning thread that keeps each stream's lookahead window
+// staged: soonest-needed first, streams served round-robin so each gets its share of the
+// staging slots. Copies themselves are made by the PrefetchSink (the Engine), which
+// deduplicates them against copies readers started and runs them on the Stager.
+//
+// The window (--lookahead): a fixed number of files, a byte budget (converted to files with
+// the mean size of files staged so far), or auto: enough to cover the stream's consumption
+// rate times the measured copy latency, twice over, and never more than half the cache.
+//
+// Lock order: CacheStore's lock, then mu_ (next_use is called by the eviction policy under the
+// cache's lock). So nothing here calls the sink or the cache with mu_ held.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cachestore/eviction_policy.h"
+#include "cachestore/status.h"
+#include "cachestore/sync.h"
+#include "prefetch/order_parser.h"
+#include "prefetch/schedule.h"
+
+namespace epochfs::prefetch {
+
+// Where the planner sends the files to stage.
+class PrefetchSink {
+ public:
+  virtual ~PrefetchSink() = default;
+  // Copies that may be started now.
+  virtual unsigned prefetch_slots() = 0;
+  // Starts a copy of id unless it is cached or in flight; true if a copy was started.
+  virtual bool prefetch(FileId id, size_t stream) = 0;
+};
+
+struct Lookahead {
+  enum class Kind { kAuto, kFiles, kBytes } kind = Kind::kAuto;
+  uint64_t amount = 0;
+};
+
+struct PlannerOptions {
+  Lookahead lookahead;
+  unsigned stage_threads = 32;
+  uint64_t cache_capacity = UINT64_MAX;
+};
+
+// One epoch of a stream, as it went.
+struct EpochRecord {
+  uint64_t epoch = 0;
+  uint64_t length = 0;
+  uint64_t opens = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t waits = 0;  // opens that waited for a copy in flight (then hits)
+  uint64_t stall_ns = 0;
+  uint64_t bytes_from_source = 0;
+  uint64_t copies_started = 0;  // prefetch copies for this stream
+  double seconds = 0;
+};
+
+struct StreamStats {
+  Schedule::StreamView view;
+  EpochRecord current;
+  EpochRecord total;
+  std::vector<EpochRecord> history;  // finished epochs, newest last, at most kHistory
+  uint64_t rejected_entries = 0;
+  uint64_t window_files = 0;
+  double rate_files_s = 0;  // consumption rate
+  double lead_s = 0;        // planned_ahead / rate
+  double hit_rate_bound = 1;
+};
+
+struct PublishReport {
+  bool ok = false;
+  std::string message;  // one line: what was published, or why not
+  std::string stream;
+  uint64_t epoch = 0;
+  uint64_t accepted = 0;
+  RejectReport rejects;
+};
+
+struct PlannerStats {
+  std::vector<StreamStats> streams;
+  uint64_t publishes = 0;
+  uint64_t publish_failures = 0;
+  std::optional<PublishReport> last_publish;
+  uint64_t manifest_entries = 0;
+  uint64_t schedule_entries = 0;
+  uint64_t schedule_bytes = 0;
+  uint64_t unscheduled_opens = 0;
+  double copy_latency_s = 0;
+};
+
+// How an open was served, for the stream's counters.
+struct OpenOutcome {
+  bool hit = false;
+  bool waited = false;
+  uint64_t stall_ns = 0;
+};
+
+class Planner final : public cachestore::NextUseOracle {
+ public:
+  static constexpr size_t kHistory = 16;
+
+  explicit Planner(PlannerOptions options);
+  ~Planner() override;
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+
+  // Starts the planning thread (after the daemon's fork). sink must outlive stop().
+  void start(PrefetchSink* sink);
+  void stop();
+
+  // Publishes a parsed order (entries already mapped to file ids).
+  PublishReport publish(const OrderHeader& header, std::vector<FileId> entries,
+                        RejectReport rejects);
+  // Publishes a manifest: index i of an index-form order names manifest[i]. Entries rejected
+  // while parsing keep their index as kNoFile.
+  PublishReport publish_manifest(std::vector<FileId> manifest, RejectReport rejects);
+  static constexpr FileId kNoFile = UINT32_MAX;
+  // Records (and logs) an upload that cannot be published; report.message says why.
+  PublishReport refuse(PublishReport report);
+
+  std::shared_ptr<const std::vector<FileId>> manifest() const;
+
+  // A reader opened id. The stream it advanced, if any.
+  std::optional<size_t> on_open(FileId id);
+  void count_open(size_t stream, const OpenOutcome& outcome);
+  void count_source_bytes(size_t stream, uint64_t bytes);
+  void count_copy_started(size_t stream);
+  // A copy finished (prefetch or demand): feeds the latency and size estimates.
+  void copy_finished(int64_t latency_ns, uint64_t bytes);
+  // A scheduled file could not be staged because it is not a readable regular file.
+  void reject_entry(size_t stream, const std::string& path, const std::string& why);
+
+  uint64_t next_use(FileId id) override;
+
+  PlannerStats stats() const;
+
+ private:
+  struct Rate {
+    int64_t window_start_ns = 0;
+    uint64_t window_count = 0;
+    double per_s = 0;
+  };
+
+  void run();
+  uint64_t window_for(size_t stream) const REQUIRES(mu_);
+  void note_rejects(size_t stream, const RejectReport& rejects) REQUIRES(mu_);
+  void finish_epoch(size_t stream, int64_t now) REQUIRES(mu_);
+  PublishReport record(PublishReport report) REQUIRES(mu_);
+
+  const PlannerOptions options_;
+
+  mutable cachestore::Mutex mu_;
+  cachestore::CondVar wake_{&mu_};
+  Schedule schedule_ GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<FileId>> manifest_ GUARDED_BY(mu_);
+  std::vector<StreamStats> streams_ GUARDED_BY(mu_);
+  std::vector<Rate> rates_ GUARDED_BY(mu_);
+  std::vector<int64_t> epoch_started_ns_ GUARDED_BY(mu_);
+  uint64_t publishes_ GUARDED_BY(mu_) = 0;
+  uint64_t publish_failures_ GUARDED_BY(mu_) = 0;
+  std::optional<PublishReport> last_publish_ GUARDED_BY(mu_);
+  uint64_t unscheduled_opens_ GUARDED_BY(mu_) = 0;
+  double copy_latency_s_ GUARDED_BY(mu_) = 0;
+  double mean_file_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t copies_measured_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool dirty_ GUARDED_BY(mu_) = false;  // something changed since the last planning pass
+
+  PrefetchSink* sink_ = nullptr;
+  std::thread thread_;
+};
+
+}  // namespace epochfs::prefetch

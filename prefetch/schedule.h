@@ -1,0 +1,157 @@
+// Schedule: the published orders of every stream, the trainer's position in each, and the
+// next use of every file.
+//
+// A stream is one reader of the dataset with its own order (one rank of a distributed job).
+// Each stream holds a queue of published epochs; the front one is current. Positions are
+// counted on the stream's timeline: epoch k's entry p is at start(k) + p, and epochs follow
+// each other without gaps, so staging can run across an epoch boundary.
+//
+// Progress comes from opens only (no trainer-side call): an open of file F is matched to F's
+// unconsumed occurrence at or after the stream's tail, which is then consumed. Two positions
+// describe a stream: head, one past the furthest consumed entry (where the trainer is), and
+// tail, the first entry not consumed (parallel loader workers open slightly out of order, so
+// tail lags head). Entries more than kTailLag behind head are taken as skipped. An open that
+// matches the first kEpochStart entries of the stream's next epoch starts that epoch. Opens
+// of files outside every order change nothing.
+//
+// Next use: every entry of every live epoch is linked to the next occurrence of the same file
+// (in publication order, across streams), so finding a file's occurrences costs O(1) per
+// occurrence. next_use(F) is the smallest distance ahead of its stream's head over F's
+// unconsumed occurrences, shifted by the mean head over streams so that the value of a file not
+// consumed stays the same as the trainer advances (for one stream it is simply the timeline
+// position). Eviction compares these values; kNever means no known next use.
+//
+// Memory: 8 bytes per entry (file id, link) and 16 per file (first and last occurrence).
+//
+// Thread-safety: none. The Planner owns it under its lock.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cachestore/eviction_policy.h"
+#include "cachestore/status.h"
+
+namespace epochfs::prefetch {
+
+using cachestore::FileId;
+
+class Schedule {
+ public:
+  static constexpr uint64_t kNever = UINT64_MAX;
+  // Entries an open may lie behind the head before the ones between are taken as skipped, and
+  // how far into the next epoch an open may land and still start it.
+  static constexpr uint64_t kTailLag = 4096;
+  static constexpr uint64_t kEpochStart = 4096;
+  static constexpr size_t kMaxStreams = 64;
+  static constexpr size_t kMaxEpochsPerStream = 4;
+  // Entries held over all streams; keeps links within 31 bits.
+  static constexpr uint64_t kMaxEntries = (uint64_t{1} << 31) - 1;
+
+  struct Published {
+    size_t stream;
+    uint64_t epoch;
+    bool replaced;  // an epoch of that number was queued and is replaced
+  };
+
+  // Queues entries as epoch `epoch` (next after the last one if nullopt) of `stream`. An epoch
+  // already queued is replaced; one older than the current epoch is refused (EINVAL).
+  cachestore::Result<Published> publish(const std::string& stream, std::optional<uint64_t> epoch,
+                                        std::vector<FileId> entries);
+
+  // An open of file by a reader. The stream whose order it matched, if any.
+  struct Match {
+    size_t stream;
+    bool new_epoch;  // the open started the stream's next epoch
+  };
+
+  std::optional<Match> on_open(FileId file);
+
+  // See the header comment. Not const: it drops consumed occurrences from F's chain.
+  uint64_t next_use(FileId file);
+
+  // The next entry of stream ahead of the planner's position, if it lies less than `ahead`
+  // entries past the head; advances the planner's position. Consumed entries are skipped.
+  std::optional<FileId> next_to_stage(size_t stream, uint64_t ahead);
+
+  struct StreamView {
+    std::string id;
+    bool active = false;  // has a current epoch
+    uint64_t epoch = 0;   // current epoch number
+    uint64_t epoch_length = 0;
+    uint64_t position = 0;       // head, relative to the current epoch's start
+    uint64_t planned_ahead = 0;  // entries past the head handed to the planner
+    uint64_t epochs_queued = 0;  // after the current one
+  };
+
+  size_t stream_count() const { return streams_.size(); }
+
+  StreamView view(size_t stream) const;
+
+  uint64_t entries_held() const { return entries_held_; }
+
+  size_t files_tracked() const { return links_.size(); }
+
+  // Bytes held by the schedule's structures (entries and per-file links), for docs and stats.
+  uint64_t memory_bytes() const;
+
+ private:
+  struct Slot {
+    FileId file;
+    uint32_t link;  // bit 31: consumed; bits 0..30: gid distance to the file's next slot
+  };
+
+  struct Epoch {
+    size_t stream;
+    uint64_t number;
+    uint64_t gid;    // global id of slots[0]
+    uint64_t start;  // stream timeline position of slots[0]
+    std::vector<Slot> slots;
+  };
+
+  struct Stream {
+    std::string id;
+    std::deque<std::unique_ptr<Epoch>> epochs;  // front: current
+    uint64_t tail = 0;
+    uint64_t head = 0;
+    uint64_t plan = 0;
+    std::optional<uint64_t> last_number;  // of the newest epoch ever queued
+  };
+
+  struct Links {
+    uint64_t first = kNoGid;
+    uint64_t last = kNoGid;
+  };
+
+  struct Place {
+    Epoch* epoch;
+    size_t index;
+  };
+
+  static constexpr uint64_t kNoGid = UINT64_MAX;
+  static constexpr uint32_t kConsumed = uint32_t{1} << 31;
+
+  size_t stream_index(const std::string& id);
+  void link_epoch(Epoch& e);
+  void relink_all();
+  Place place_of(uint64_t gid) const;
+  uint64_t next_gid(uint64_t gid, const Slot& slot) const;
+  Slot* slot_at(Stream& s, uint64_t pos);
+  void consume(Stream& s, Epoch& e, size_t index);
+  void advance_tail(Stream& s);
+  void retire_front(Stream& s);
+  void restart_timeline(Stream& s);
+  int64_t mean_head() const;
+
+  std::deque<Stream> streams_;  // a deque: Stream is not nothrow-movable
+  std::vector<Epoch*> by_gid_;  // live epochs, ascending gid
+  std::vector<Links> links_;    // by FileId
+  uint64_t next_gid_ = 0;
+  uint64_t entries_held_ = 0;
+};
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,386 @@
+// Prefetch by the published order, through real mounts: publishing through the control
+// directory and `epochfs publish`, bad orders, staging ahead of a paced reader over slow
+// storage (epochfs-slowfs), one source open per file, the next epoch staged early, an order
+// replaced mid-epoch, two streams, and known-future eviction against the Belady optimum.
+// Assertions are on counts, never on times; every byte read is checked against the source.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include <catch2/catch.hpp>
+
+#include "test/mount/mount_fixture.h"
+#include "tools/dataset.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Order = std::vector<int>;  // file numbers, in access order
+
+constexpr uint64_t kFileBytes = 32 * 1024;
+
+std::string name_of(int i) { return "d" + std::to_string(i % 8) + "/f" + std::to_string(i); }
+
+void make_files(const std::string& root, int count, uint64_t size = kFileBytes) {
+  for (int i = 0; i < count; ++i) {
+    const std::string path = root + "/" + name_of(i);
+    fs::create_directories(fs::path(path).parent_path());
+    REQUIRE(tools::write_content_file(path, static_cast<uint64_t>(i), 1, size).is_ok());
+  }
+}
+
+Order shuffled(int first, int count, uint32_t seed) {
+  Order order(static_cast<size_t>(count));
+  std::iota(order.begin(), order.end(), first);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  return order;
+}
+
+std::string order_text(const Order& order, const std::string& header = "") {
+  std::string text = header;
+  for (int i : order) {
+    text += name_of(i) + "\n";
+  }
+  return text;
+}
+
+// Writes text into <mount>/.epochfs/name and closes it; the errno of the write or the close
+// (0 when the order was published).
+int publish(const Mount& mount, const std::string& text, const std::string& name = "order") {
+  const std::string path = mount / (".epochfs/" + name);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return errno;
+  }
+  int err = 0;
+  if (!text.empty() && ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    err = errno;
+  }
+  if (::close(fd) != 0 && err == 0) {
+    err = errno;
+  }
+  return err;
+}
+
+double stat_of(const Mount& mount, const std::string& key) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  auto v = doc->number(key);
+  INFO(key);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+std::string text_of(const Mount& mount, const std::string& key) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  return doc->values[key];
+}
+
+// Waits until no copy is queued or running.
+void wait_idle(const Mount& mount) {
+  for (int i = 0; i < 2000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
+}
+
+// Reads the files of order through the mount with `threads` workers taking them in order (so
+// opens arrive slightly out of order, like DataLoader workers), each pausing `pause` after a
+// file; checks every byte. Returns the number of files read wrong or not at all.
+int read_order(const Mount& mount, const std::string& source, const Order& order, int threads,
+               std::chrono::microseconds pause) {
+  std::atomic<size_t> next{0};
+  std::atomic<int> bad{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      for (size_t k = next++; k < order.size(); k = next++) {
+        const std::string rel = name_of(order[k]);
+        auto got = tools::file_digest(mount / rel);
+        auto want = tools::file_digest(source + "/" + rel);
+        if (!got.is_ok() || !want.is_ok() || got.value() != want.value()) {
+          ++bad;
+        }
+        std::this_thread::sleep_for(pause);
+      }
+    });
+  }
+  for (auto& w : workers) {
+    w.join();
+  }
+  return bad.load();
+}
+
+// Hits of the best possible cache of `capacity` files over trace (Belady's MIN with bypass:
+// on a miss, keep the file only if it is needed sooner than the cached file needed last).
+uint64_t belady_hits(const Order& trace, size_t capacity) {
+  std::vector<size_t> next_use(trace.size());
+  std::unordered_map<int, size_t> seen;
+  for (size_t t = trace.size(); t-- > 0;) {
+    auto it = seen.find(trace[t]);
+    next_use[t] = it == seen.end() ? SIZE_MAX : it->second;
+    seen[trace[t]] = t;
+  }
+  std::unordered_map<int, size_t> cached;  // file -> its next use
+  uint64_t hits = 0;
+  for (size_t t = 0; t < trace.size(); ++t) {
+    const int f = trace[t];
+    if (cached.count(f) != 0) {
+      ++hits;
+      cached[f] = next_use[t];
+      continue;
+    }
+    if (cached.size() < capacity) {
+      cached[f] = next_use[t];
+      continue;
+    }
+    auto far = std::max_element(cached.begin(), cached.end(),
+                                [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (next_use[t] < far->second) {
+      cached.erase(far);
+      cached[f] = next_use[t];
+    }
+  }
+  return hits;
+}
+
+uint64_t lru_hits(const Order& trace, size_t capacity) {
+  std::list<int> recency;  // front: most recent
+  std::unordered_map<int, std::list<int>::iterator> where;
+  uint64_t hits = 0;
+  for (int f : trace) {
+    auto it = where.find(f);
+    if (it != where.end()) {
+      ++hits;
+      recency.erase(it->second);
+    } else if (where.size() == capacity) {
+      where.erase(recency.back());
+      recency.pop_back();
+    }
+    recency.push_front(f);
+    where[f] = recency.begin();
+  }
+  return hits;
+}
+
+}  // namespace
+
+TEST_CASE("orders are published through .epochfs/ and epochfs publish", "[mount][prefetch]") {
+  TempDir dir;
+  make_files(dir / "src", 20);
+  Mount mount(dir / "src", dir / "mnt");
+
+  SECTION("a valid order with bad entries is published without them") {
+    const std::string text =
+        "#count 7\n#epoch 2\n" + order_text({0, 1, 2, 3}) + "../escape\n/etc/passwd\nd0/\xff\xfe\n";
+    CHECK(publish(mount, text) == 0);
+    CHECK(stat_of(mount, "prefetch.publishes") == 1);
+    CHECK(stat_of(mount, "prefetch.last_publish.accepted") == 4);
+    CHECK(stat_of(mount, "prefetch.last_publish.rejected") == 3);
+    CHECK(text_of(mount, "prefetch.last_publish.rejected_examples.1").find("line 7") !=
+          std::string::npos);
+    CHECK(stat_of(mount, "prefetch.streams.default.epoch") == 2);
+    CHECK(stat_of(mount, "prefetch.streams.default.epoch_length") == 4);
+  }
+  SECTION("a plain list with no header is accepted, CRLF too") {
+    CHECK(publish(mount, "d0/f0\r\nd1/f1\r\n\r\n# a comment\nd2/f2\n") == 0);
+    CHECK(stat_of(mount, "prefetch.last_publish.accepted") == 3);
+  }
+  SECTION("an order cut short of its #count is refused whole") {
+    CHECK(publish(mount, "#count 10\n" + order_text({0, 1, 2})) == EINVAL);
+    CHECK(stat_of(mount, "prefetch.publish_failures") == 1);
+    CHECK(stat_of(mount, "prefetch.schedule_entries") == 0);
+  }
+  SECTION("junk, empty files and huge lines are refused and reads go on") {
+    CHECK(publish(mount, std::string("\0\1\2\3\xff", 5)) == EINVAL);
+    CHECK(publish(mount, "") == EINVAL);
+    CHECK(publish(mount, std::string(1 << 20, 'a')) == EINVAL);
+    CHECK(stat_of(mount, "prefetch.publish_failures") == 3);
+    CHECK(read_order(mount, dir / "src", shuffled(0, 20, 1), 2, {}) == 0);
+  }
+  SECTION("epochfs publish sets the epoch and the stream") {
+    std::ofstream(dir / "order.txt") << order_text(shuffled(0, 20, 2));
+    auto r = run_epochfs(
+        {"publish", mount.path(), dir / "order.txt", "--epoch", "5", "--stream", "rank1"});
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("stream rank1 epoch 5: 20 entries published") != std::string::npos);
+    CHECK(stat_of(mount, "prefetch.streams.rank1.epoch") == 5);
+  }
+  SECTION("epochfs publish of a cut-short file fails with the reason") {
+    std::ofstream(dir / "short.txt") << "#count 3\nd0/f0\n";
+    auto r = run_epochfs({"publish", mount.path(), dir / "short.txt"});
+    CHECK(r.exit_code != 0);
+    CHECK(r.output.find("count") != std::string::npos);
+  }
+  SECTION("writes outside .epochfs/ still fail with EROFS") {
+    const int fd = ::open((mount / "new").c_str(), O_WRONLY | O_CREAT, 0600);
+    CHECK(fd < 0);
+    CHECK(errno == EROFS);
+  }
+}
+
+TEST_CASE("the file named by --shuffle-file is published at each new version", "[mount][prefetch]") {
+  TempDir dir;
+  make_files(dir / "src", 20);
+  const std::string watched = dir / "orders/order.txt";
+  fs::create_directories(dir / "orders");
+  std::ofstream(watched) << order_text(shuffled(0, 20, 1), "#epoch 0\n");
+  Mount mount(dir / "src", dir / "mnt", {"--shuffle-file", watched});
+  // Each new version is written beside the file and renamed onto it (an atomic replace).
+  const auto replace = [&](const std::string& text) {
+    std::ofstream(dir / "orders/.order.tmp") << text;
+    fs::rename(dir / "orders/.order.tmp", watched);
+  };
+  const auto wait_publishes = [&](double n) {
+    for (int i = 0; i < 1000 && stat_of(mount, "prefetch.publishes") < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return stat_of(mount, "prefetch.publishes");
+  };
+  CHECK(wait_publishes(1) == 1);  // the version present at mount
+  CHECK(stat_of(mount, "prefetch.streams.default.epoch_length") == 20);
+  replace(order_text(shuffled(0, 20, 2), "#epoch 1\n"));
+  CHECK(wait_publishes(2) == 2);
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 1);
+  replace("#count 20\n" + order_text({0, 1}));  // cut short: refused, the orders stay
+  CHECK(wait_publishes(3) == 3);
+  CHECK(stat_of(mount, "prefetch.publish_failures") == 1);
+  CHECK(stat_of(mount, "prefetch.schedule_entries") == 40);
+}
+
+TEST_CASE("a paced reader over slow storage is served from the cache", "[mount][prefetch]") {
+  constexpr int kFiles = 300;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 5);
+  Mount mount(slow.path(), dir / "mnt");
+  const Order order = shuffled(0, kFiles, 7);
+  REQUIRE(publish(mount, order_text(order)) == 0);
+
+  CHECK(read_order(mount, dir / "src", order, 4, std::chrono::milliseconds(4)) == 0);
+  const double opens = stat_of(mount, "prefetch.streams.default.this_epoch.opens");
+  const double hits = stat_of(mount, "prefetch.streams.default.this_epoch.hits");
+  CHECK(opens == kFiles);
+  // The first window may still be in flight when the reader starts; after it, opens are hits
+  // (possibly after a short wait for the copy in flight).
+  CHECK(hits >= 0.95 * (kFiles - 64));
+  CHECK(stat_of(mount, "prefetch.prefetches") > 0);
+  wait_idle(mount);
+  // Prefetch copies and the reader never both open a file on the source.
+  CHECK(slow.opens() == kFiles);
+}
+
+TEST_CASE("the next epoch published early is staged before the current one ends",
+          "[mount][prefetch]") {
+  TempDir dir;
+  make_files(dir / "src", 200);
+  SlowSource slow(dir / "src", dir / "slow", 5);
+  Mount mount(slow.path(), dir / "mnt", {"--lookahead", "40"});
+  const Order first = shuffled(0, 100, 1);
+  const Order second = shuffled(100, 100, 2);
+  REQUIRE(publish(mount, order_text(first, "#epoch 0\n")) == 0);
+  REQUIRE(publish(mount, order_text(second, "#epoch 1\n")) == 0);
+  CHECK(read_order(mount, dir / "src", first, 2, std::chrono::milliseconds(2)) == 0);
+  wait_idle(mount);
+  // Staging crossed the boundary: the start of epoch 1 is on local disk before it is opened.
+  for (int k = 0; k < 20; ++k) {
+    INFO("entry " << k);
+    CHECK(slow.opens(name_of(second[static_cast<size_t>(k)])) == 1);
+  }
+  const double hits_before = stat_of(mount, "hits");
+  CHECK(read_order(mount, dir / "src", Order(second.begin(), second.begin() + 20), 1, {}) == 0);
+  CHECK(stat_of(mount, "hits") - hits_before == 20);
+  CHECK(stat_of(mount, "prefetch.streams.default.epoch") == 1);
+}
+
+TEST_CASE("an order replaced mid-epoch is followed from its start", "[mount][prefetch]") {
+  constexpr int kFiles = 200;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 5);
+  Mount mount(slow.path(), dir / "mnt", {"--lookahead", "32"});
+  const Order a = shuffled(0, kFiles, 3);
+  REQUIRE(publish(mount, order_text(a, "#epoch 0\n")) == 0);
+  CHECK(read_order(mount, dir / "src", Order(a.begin(), a.begin() + 50), 2,
+                   std::chrono::milliseconds(2)) == 0);
+  const Order b = shuffled(0, kFiles, 4);
+  REQUIRE(publish(mount, order_text(b, "#epoch 0\n")) == 0);
+  CHECK(text_of(mount, "prefetch.last_publish.message").find("replacing") != std::string::npos);
+  const double hits_before = stat_of(mount, "hits");
+  CHECK(read_order(mount, dir / "src", b, 2, std::chrono::milliseconds(4)) == 0);
+  CHECK(stat_of(mount, "hits") - hits_before >= 0.9 * (kFiles - 32));
+  wait_idle(mount);
+  CHECK(slow.opens() == kFiles);  // the cache holds everything: nothing read twice
+}
+
+TEST_CASE("two streams are staged side by side", "[mount][prefetch]") {
+  TempDir dir;
+  make_files(dir / "src", 200);
+  SlowSource slow(dir / "src", dir / "slow", 5);
+  Mount mount(slow.path(), dir / "mnt", {"--lookahead", "32"});
+  const Order a = shuffled(0, 100, 5);
+  const Order b = shuffled(100, 100, 6);
+  REQUIRE(publish(mount, order_text(a, "#stream rank0\n"), "a") == 0);
+  REQUIRE(publish(mount, order_text(b, "#stream rank1\n"), "b") == 0);
+  int bad_a = 0, bad_b = 0;
+  std::thread ta(
+      [&] { bad_a = read_order(mount, dir / "src", a, 2, std::chrono::milliseconds(4)); });
+  std::thread tb(
+      [&] { bad_b = read_order(mount, dir / "src", b, 2, std::chrono::milliseconds(4)); });
+  ta.join();
+  tb.join();
+  CHECK(bad_a == 0);
+  CHECK(bad_b == 0);
+  for (const std::string s : {"rank0", "rank1"}) {
+    INFO(s);
+    CHECK(stat_of(mount, "prefetch.streams." + s + ".this_epoch.opens") == 100);
+    CHECK(stat_of(mount, "prefetch.streams." + s + ".this_epoch.hits") >= 0.9 * (100 - 32));
+  }
+}
+
+TEST_CASE("with half the dataset cached, known-future eviction is near the Belady optimum",
+          "[mount][prefetch]") {
+  constexpr int kFiles = 200;
+  constexpr size_t kCapacityFiles = kFiles / 2;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  // --lookahead 0: no prefetch, so the hits measure the eviction and admission policy alone.
+  Mount mount(dir / "src", dir / "mnt",
+              {"--lookahead", "0", "--cache-size", std::to_string(kCapacityFiles * kFileBytes)});
+  Order trace;
+  for (uint32_t e = 0; e < 3; ++e) {
+    const Order order = shuffled(0, kFiles, 10 + e);
+    REQUIRE(publish(mount, order_text(order, "#epoch " + std::to_string(e) + "\n")) == 0);
+    trace.insert(trace.end(), order.begin(), order.end());
+  }
+  for (int f : trace) {
+    CHECK(read_order(mount, dir / "src", {f}, 1, {}) == 0);
+    wait_idle(mount);  // each miss's copy lands before the next open, as in the model
+  }
+  const double hits = stat_of(mount, "hits");
+  const auto best = static_cast<double>(belady_hits(trace, kCapacityFiles));
+  const auto lru = static_cast<double>(lru_hits(trace, kCapacityFiles));
+  INFO("epochfs " << hits << ", Belady " << best << ", LRU " << lru << " of " << trace.size());
+  CHECK(hits >= best - 0.02 * static_cast<double>(trace.size()));
+  CHECK(hits >= lru + 0.1 * static_cast<double>(trace.size()));
+  CHECK(stat_of(mount, "cache.used_bytes") <= kCapacityFiles * kFileBytes);
+}
+
+}  // namespace epochfs::test

@@ -1,0 +1,87 @@
+// epochfs publish: sends a shuffle file (or a manifest) to a mount through its control
+// directory, the same channel a training script writing into <mount>/.epochfs/ uses.
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "cachestore/unique_fd.h"
+#include "tools/commands.h"
+#include "tools/mount_table.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::tools {
+namespace {
+
+bool write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The header lines that carry the command line's overrides. The parser takes the first of
+// each directive, so these win over the file's own.
+std::string override_header(const PublishOptions& o) {
+  std::string header;
+  if (o.epoch) {
+    header += "#epoch " + std::to_string(*o.epoch) + "\n";
+  }
+  if (!o.stream.empty()) {
+    header += "#stream " + o.stream + "\n";
+  }
+  return header;
+}
+
+}  // namespace
+
+int cmd_publish(const PublishOptions& o) {
+  const std::string mountpoint = absolute_path(o.mountpoint);
+  cachestore::UniqueFd in(::open(o.file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) {
+    fprintf(stderr, "epochfs: %s: %s\n", o.file.c_str(), strerror(errno));
+    return 1;
+  }
+  const std::string target =
+      mountpoint + "/.epochfs/" +
+      (o.manifest ? std::string("manifest") : "order." + std::to_string(::getpid()));
+  cachestore::UniqueFd out(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!out.valid()) {
+    fprintf(stderr, "epochfs: %s is not an epochfs mount (cannot create %s: %s)\n",
+            mountpoint.c_str(), target.c_str(), strerror(errno));
+    return 1;
+  }
+  bool ok = write_all(out.get(), override_header(o));
+  char buf[1 << 16];
+  ssize_t n;
+  while (ok && (n = ::read(in.get(), buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    ok = n > 0 && write_all(out.get(), std::string(buf, static_cast<size_t>(n)));
+  }
+  // The close publishes; it fails when the daemon refused the order.
+  const int closed = ::close(out.release());
+  auto stats = read_stats(mountpoint);
+  const std::string message =
+      stats ? stats->values["prefetch.last_publish.message"] : std::string("no report");
+  if (!ok || closed != 0) {
+    fprintf(stderr, "epochfs: %s: %s\n", o.file.c_str(), message.c_str());
+    return 1;
+  }
+  printf("%s\n", message.c_str());
+  return 0;
+}
+
+}  // namespace epochfs::tools
