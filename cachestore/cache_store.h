@@ -29,8 +29,9 @@
 // Cache-disk faults (ENOSPC, EDQUOT, EIO, EROFS) while staging suspend staging for a while;
 // reads fall back to the source, which the caller does on any nullopt.
 //
-// Thread-safety: every public method may be called from any thread. mu_ is a leaf lock held
-// for index and accounting work only, never across a syscall.
+// Thread-safety: every public method may be called from any thread. mu_ is held for index and
+// accounting work only, never across a syscall. The eviction policy runs under it and may take
+// its oracle's lock (the planner's), which therefore never calls into the store while held.
 #pragma once
 
 #include <atomic>

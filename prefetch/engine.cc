@@ -138,7 +138,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
     // Claiming the flight before opening the source closes the window in which a prefetch of
     // the same file could start: the source sees one open per file.
     if (!fd) {
-      own_flight = stager_ != nullptr && begin_flight(id, false);
+      own_flight = stager_ != nullptr && claim_flight(id) == Claim::kOwned;
       if (!own_flight && wait_for_flight(id, &outcome.stall_ns)) {
         outcome.waited = true;
         fd = cache_->open_copy(id, version.value());
@@ -179,19 +179,45 @@ void Engine::count_open(const OpenFile& file, const OpenOutcome& outcome) {
   }
 }
 
-bool Engine::begin_flight(FileId id, bool prefetch) {
+Engine::Claim Engine::claim_flight(FileId id) {
   cachestore::MutexLock lock(flights_mu_);
-  if (!flights_.emplace(id, Flight{prefetch}).second) {
+  auto [it, created] = flights_.try_emplace(id);
+  Flight& f = it->second;
+  if (!created && f.started) {
+    return Claim::kInFlight;
+  }
+  if (f.prefetch) {
+    --prefetch_flights_;  // taken over from the queue: the queued job will skip itself
+  }
+  f = Flight{false, true, next_flight_gen_++};
+  return Claim::kOwned;
+}
+
+uint64_t Engine::begin_prefetch_flight(FileId id) {
+  cachestore::MutexLock lock(flights_mu_);
+  const uint64_t gen = next_flight_gen_;
+  if (!flights_.try_emplace(id, Flight{true, false, gen}).second) {
+    return 0;
+  }
+  ++next_flight_gen_;
+  ++prefetch_flights_;
+  return gen;
+}
+
+bool Engine::start_prefetch_flight(FileId id, uint64_t gen) {
+  cachestore::MutexLock lock(flights_mu_);
+  auto it = flights_.find(id);
+  if (it == flights_.end() || it->second.gen != gen) {
     return false;
   }
-  prefetch_flights_ += prefetch ? 1 : 0;
+  it->second.started = true;
   return true;
 }
 
-void Engine::end_flight(FileId id) {
+void Engine::end_flight(FileId id, uint64_t gen) {
   cachestore::MutexLock lock(flights_mu_);
   auto it = flights_.find(id);
-  if (it != flights_.end()) {
+  if (it != flights_.end() && (gen == 0 || it->second.gen == gen)) {
     prefetch_flights_ -= it->second.prefetch ? 1 : 0;
     flights_.erase(it);
   }
@@ -220,15 +246,22 @@ unsigned Engine::prefetch_slots() {
 }
 
 bool Engine::prefetch(FileId id, size_t stream) {
-  if (!stager_ || cache_->contains(id) || !begin_flight(id, true)) {
+  if (!stager_ || cache_->contains(id)) {
     return false;
   }
-  auto job = [this, id, stream, path = registry_.path_of(id)] {
+  const uint64_t gen = begin_prefetch_flight(id);
+  if (gen == 0) {
+    return false;
+  }
+  auto job = [this, id, stream, gen, path = registry_.path_of(id)] {
+    if (!start_prefetch_flight(id, gen)) {
+      return;  // a reader took the copy over while it was queued
+    }
     prefetch_copy(id, stream, path);
     end_flight(id);
   };
   if (!stager_->try_submit(std::move(job), Stager::Priority::kPrefetch)) {
-    end_flight(id);
+    end_flight(id, gen);
     return false;
   }
   prefetches_.fetch_add(1, kRelaxed);

@@ -142,9 +142,18 @@ class Engine final : public PrefetchSink {
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
   void count_open(const OpenFile& file, const OpenOutcome& outcome);
 
-  // Flights: copies in progress, one per file at most.
-  bool begin_flight(FileId id, bool prefetch);
-  void end_flight(FileId id);
+  // Flights: copies in progress, one per file at most. A reader claims a file's flight before
+  // reading it from the source (claim_flight): it gets a new flight, or takes over a prefetch
+  // copy still waiting in the stager's queue (which then skips itself: a reader must not wait
+  // behind queued prefetches), or is told to wait for the copy already running.
+  enum class Claim { kOwned, kInFlight };
+  Claim claim_flight(FileId id);
+  // A prefetch flight for id; 0 if id already has a flight, else its generation.
+  uint64_t begin_prefetch_flight(FileId id);
+  // The queued prefetch copy of generation gen is starting: false if a reader took it over.
+  bool start_prefetch_flight(FileId id, uint64_t gen);
+  // Ends id's flight (only generation gen's, if gen is not 0) and wakes its waiters.
+  void end_flight(FileId id, uint64_t gen = 0);
   // Waits for id's copy if one is in flight; adds the time waited to *stall_ns.
   bool wait_for_flight(FileId id, uint64_t* stall_ns);
 
@@ -170,12 +179,15 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> prefetches_{0};
 
   struct Flight {
-    bool prefetch = false;
+    bool prefetch = false;  // a prefetch copy (counted against the planner's slots)
+    bool started = false;   // its copy is running; before that a reader may take it over
+    uint64_t gen = 0;
   };
 
   cachestore::Mutex flights_mu_;
   cachestore::CondVar flight_done_{&flights_mu_};
   std::unordered_map<FileId, Flight> flights_ GUARDED_BY(flights_mu_);
+  uint64_t next_flight_gen_ GUARDED_BY(flights_mu_) = 1;
   unsigned prefetch_flights_ GUARDED_BY(flights_mu_) = 0;
 };
 

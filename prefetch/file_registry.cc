@@ -1,19 +1,69 @@
 #include "prefetch/file_registry.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include <xxhash.h>
+
 namespace epochfs::prefetch {
 
 using cachestore::MutexLock;
 
-FileId FileRegistry::id_of(const std::string& path) {
+namespace {
+
+uint64_t hash_of(std::string_view path) { return XXH3_64bits(path.data(), path.size()); }
+
+}  // namespace
+
+FileId FileRegistry::id_of(std::string_view path) {
   MutexLock lock(mu_);
-  auto it = ids_.find(path);
-  if (it != ids_.end()) {
-    return it->second;
+  // Grow at 70% full: linear probing stays short, and the table costs under 8 bytes per file.
+  if (10 * (records_.size() + 1) > 7 * index_.size()) {
+    grow_index();
+  }
+  const size_t slot = find_slot(path, hash_of(path));
+  if (index_[slot] != kEmpty) {
+    return index_[slot];
   }
   const auto id = static_cast<FileId>(records_.size());
-  records_.push_back(Record{path, {}, 0});
-  ids_.emplace(records_.back().path, id);
+  records_.push_back(Record{store_path(path), {}, 0});
+  index_[slot] = id;
   return id;
+}
+
+const char* FileRegistry::store_path(std::string_view path) {
+  const size_t need = path.size() + 1;
+  if (chunk_used_ + need > kChunkBytes) {
+    // A path longer than a chunk (never from the kernel: PATH_MAX is 4096) gets its own.
+    arena_.push_back(std::make_unique<char[]>(std::max(need, kChunkBytes)));
+    chunk_used_ = 0;
+  }
+  char* at = arena_.back().get() + chunk_used_;
+  memcpy(at, path.data(), path.size());
+  at[path.size()] = '\0';
+  chunk_used_ += need;
+  return at;
+}
+
+size_t FileRegistry::find_slot(std::string_view path, uint64_t hash) const {
+  const size_t mask = index_.size() - 1;
+  for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+    const FileId id = index_[slot];
+    if (id == kEmpty || std::string_view(records_[id].path) == path) {
+      return slot;
+    }
+  }
+}
+
+void FileRegistry::grow_index() {
+  std::vector<FileId> old = std::move(index_);
+  index_.assign(std::max<size_t>(1024, 2 * old.size()), kEmpty);
+  for (FileId id : old) {
+    if (id != kEmpty) {
+      const std::string_view path(records_[id].path);
+      index_[find_slot(path, hash_of(path))] = id;
+    }
+  }
 }
 
 void FileRegistry::observe(FileId id, const FileVersion& version, int64_t now_ns) {
@@ -34,7 +84,7 @@ std::optional<FileVersion> FileRegistry::observed_since(FileId id, int64_t since
 
 std::string FileRegistry::path_of(FileId id) const {
   MutexLock lock(mu_);
-  return id < records_.size() ? records_[id].path : std::string();
+  return id < records_.size() ? std::string(records_[id].path) : std::string();
 }
 
 size_t FileRegistry::size() const {

@@ -1,20 +1,27 @@
 // FileRegistry: dense ids for source files, and the last version seen of each.
 //
-// Owner: the Engine. Every file the mount opens or looks up gets a FileId for the life of the
-// mount (ids are never reused, so the cache index and, later, the schedule can use them as
-// array indices). The registry also remembers the attributes last read from the source, with
-// when they were read: an open within the attribute timeout may trust them instead of asking
-// the source again (one round trip less on network storage).
+// Owner: the Engine. Every file the mount opens or looks up, and every path a published order
+// names, gets a FileId for the life of the mount (ids are never reused, so the cache index and
+// the schedule use them as array indices). The registry also remembers the attributes last read
+// from the source, with when they were read: an open within the attribute timeout may trust
+// them instead of asking the source again (one round trip less on network storage).
+//
+// Memory, because a dataset has millions of files (ImageNet: 1.28 M): about 100 bytes per file.
+// Paths are stored once, NUL-terminated, in 1 MiB arena chunks that never move; a record is a
+// pointer into them plus the version (56 bytes); the path -> id index is an open-addressing
+// table of 32-bit ids (linear probing, at most 70% full), so it holds no copy of the path.
+// `epochfs bench-policy` measures it (docs/benchmarks.md).
 //
 // Thread-safety: all methods lock mu_ (a leaf lock) for memory work only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <vector>
 
 #include "cachestore/eviction_policy.h"
 #include "cachestore/file_version.h"
@@ -28,7 +35,7 @@ using cachestore::FileVersion;
 class FileRegistry {
  public:
   // The id of path, assigned on first use.
-  FileId id_of(const std::string& path);
+  FileId id_of(std::string_view path);
 
   // Records the version of id read from the source at now_ns.
   void observe(FileId id, const FileVersion& version, int64_t now_ns);
@@ -43,15 +50,24 @@ class FileRegistry {
 
  private:
   struct Record {
-    std::string path;
+    const char* path;  // NUL-terminated, in arena_
     FileVersion seen;
     int64_t seen_at_ns = 0;
   };
 
+  static constexpr FileId kEmpty = UINT32_MAX;
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+
+  const char* store_path(std::string_view path) REQUIRES(mu_);
+  // The slot of path in index_: the one holding its id, or the empty one where it would go.
+  size_t find_slot(std::string_view path, uint64_t hash) const REQUIRES(mu_);
+  void grow_index() REQUIRES(mu_);
+
   mutable cachestore::Mutex mu_;
-  // A deque never moves its elements, so the string_view keys stay valid.
-  std::deque<Record> records_ GUARDED_BY(mu_);
-  std::unordered_map<std::string_view, FileId> ids_ GUARDED_BY(mu_);
+  std::deque<Record> records_ GUARDED_BY(mu_);  // by id; a deque grows without copying
+  std::vector<std::unique_ptr<char[]>> arena_ GUARDED_BY(mu_);
+  size_t chunk_used_ GUARDED_BY(mu_) = kChunkBytes;  // bytes used in arena_.back()
+  std::vector<FileId> index_ GUARDED_BY(mu_);        // size a power of two; kEmpty if free
 };
 
 }  // namespace epochfs::prefetch

@@ -253,10 +253,10 @@ void OrderParser::directive(std::string_view text) {
       header_.stream = std::string(value);
     }
   }
-  if (!ok) {
+  // A repeated directive is ignored without a report: the first one counts, which is how
+  // `epochfs publish --epoch N` overrides a file's own #epoch.
+  if (!ok && !duplicate) {
     reject("bad #" + std::string(keyword) + " directive (ignored)", text);
-  } else if (duplicate) {
-    reject("repeated #" + std::string(keyword) + " directive (the first one counts)", text);
   }
 }
 
@@ -298,12 +298,12 @@ cachestore::Status OrderParser::finish() {
     overlong_ = false;
   }
   if (header_.count && *header_.count != entry_lines_) {
-    return cachestore::Status::error(
-        EINVAL, "#count says " + std::to_string(*header_.count) + " entries but the file has " +
-                    std::to_string(entry_lines_) + " (cut short?); not published");
+    return cachestore::Status::error(EINVAL, "#count says " + std::to_string(*header_.count) +
+                                                 " entries but the file has " +
+                                                 std::to_string(entry_lines_) + " (cut short?)");
   }
   if (entry_lines_ == 0) {
-    return cachestore::Status::error(EINVAL, "no entries; not published");
+    return cachestore::Status::error(EINVAL, "no entries");
   }
   return cachestore::Status::ok();
 }

@@ -5,7 +5,7 @@
 // sink builds. Lines end with LF or CRLF. A line is one of:
 //   - blank: ignored;
 //   - `#keyword value` before the first entry, with keyword one of form, epoch, stream, count:
-//     a directive (the first of each keyword wins, later ones are reported and ignored);
+//     a directive (the first of each keyword wins, later ones are ignored);
 //   - `#end`: the end marker; lines after it are rejected;
 //   - any other line starting with `#`: a comment;
 //   - an entry: a relative path (form paths, the default) or a decimal index into the manifest

@@ -31,11 +31,11 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   if (kind_ == Kind::kManifest) {
     // Index i names the i-th entry line: a rejected line keeps its index, as kNoFile.
     entries_.resize(parser_.entry_lines() - 1, Planner::kNoFile);
-    entries_.push_back(registry_.id_of(std::string(entry)));
+    entries_.push_back(registry_.id_of(entry));
     return;
   }
   if (parser_.form() == OrderForm::kPaths) {
-    entries_.push_back(registry_.id_of(std::string(entry)));
+    entries_.push_back(registry_.id_of(entry));
     return;
   }
   if (!manifest_) {

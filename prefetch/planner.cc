@@ -115,7 +115,11 @@ uint64_t Planner::window_for(size_t stream) const {
   uint64_t files = 0;
   switch (options_.lookahead.kind) {
     case Lookahead::Kind::kFiles:
-      return options_.lookahead.amount;  // 0: no prefetch, the known future only evicts
+      if (options_.lookahead.amount == 0) {
+        return 0;  // no prefetch: the known future only decides eviction and admission
+      }
+      files = options_.lookahead.amount;
+      break;
     case Lookahead::Kind::kBytes:
       files = static_cast<uint64_t>(static_cast<double>(options_.lookahead.amount) / mean_bytes);
       break;

@@ -236,7 +236,8 @@ TEST_CASE("orders are published through .epochfs/ and epochfs publish", "[mount]
   }
 }
 
-TEST_CASE("the file named by --shuffle-file is published at each new version", "[mount][prefetch]") {
+TEST_CASE("the file named by --shuffle-file is published at each new version",
+          "[mount][prefetch]") {
   TempDir dir;
   make_files(dir / "src", 20);
   const std::string watched = dir / "orders/order.txt";
