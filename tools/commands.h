@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fusefs/mount_options.h"
+#include "tools/trainer.h"
 
 namespace epochfs::tools {
 
@@ -34,6 +35,26 @@ struct PublishOptions {
 // Publishes a shuffle file (or with manifest, the manifest) to a mount; prints the daemon's
 // verdict. Fails if the order was refused.
 int cmd_publish(const PublishOptions& options);
+
+struct BenchOptions {
+  std::string dir;  // work dir (dataset reused if it matches); a new temporary one if empty
+  size_t files = 5000;
+  double mean_kb = 110;
+  size_t epochs = 3;
+  uint64_t seed = 1;
+  TrainerSpec trainer;
+  // The emulated shared storage (epochfs-slowfs).
+  double latency_ms = 2;
+  double bandwidth_mbs = 0;
+  unsigned max_inflight = 64;
+  // epochfs scenarios.
+  double cache_fraction = 1;
+  unsigned stage_threads = 32;
+  std::vector<std::string> scenarios = {"ideal", "direct", "lru", "copy", "epochfs"};
+};
+
+// A trainer over emulated shared storage, every strategy side by side (tools/cmd_bench.cc).
+int cmd_bench(const BenchOptions& options);
 
 struct BenchPolicyOptions {
   size_t files = 100000;

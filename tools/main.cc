@@ -182,6 +182,33 @@ int run(int argc, char** argv) {
   publish_cmd->add_flag("--manifest", publish.manifest,
                         "FILE is the manifest that index-form orders refer to");
 
+  epochfs::tools::BenchOptions bench;
+  auto* bench_cmd = app.add_subcommand(
+      "bench", "A trainer over emulated shared storage, every strategy side by side");
+  bench_cmd->add_option("--dir", bench.dir, "Work directory (default: a new temporary one)");
+  bench_cmd->add_option("--files", bench.files)->check(CLI::Range(size_t{1}, size_t{10'000'000}));
+  bench_cmd->add_option("--mean-kb", bench.mean_kb, "Mean file size")->check(CLI::Range(1.0, 1e6));
+  bench_cmd->add_option("--epochs", bench.epochs)->check(CLI::Range(size_t{1}, size_t{100}));
+  bench_cmd->add_option("--seed", bench.seed);
+  bench_cmd->add_option("--batch", bench.trainer.batch)
+      ->check(CLI::Range(size_t{1}, size_t{65536}));
+  bench_cmd->add_option("--workers", bench.trainer.workers, "Loader threads")
+      ->check(CLI::Range(1, 256));
+  bench_cmd->add_option("--compute-ms", bench.trainer.compute_ms, "Emulated GPU time per batch")
+      ->check(CLI::Range(0.0, 1e5));
+  bench_cmd->add_option("--latency-ms", bench.latency_ms, "Shared storage: per open and read")
+      ->check(CLI::Range(0.0, 1e4));
+  bench_cmd->add_option("--bandwidth-mbs", bench.bandwidth_mbs, "Shared storage link (0: none)")
+      ->check(CLI::Range(0.0, 1e6));
+  bench_cmd->add_option("--max-inflight", bench.max_inflight, "Shared storage: requests at once")
+      ->check(CLI::Range(1, 1024));
+  bench_cmd->add_option("--cache-fraction", bench.cache_fraction, "Cache size / dataset size")
+      ->check(CLI::Range(0.01, 1.0));
+  bench_cmd->add_option("--stage-threads", bench.stage_threads)->check(CLI::Range(1, 1024));
+  bench_cmd->add_option("--scenarios", bench.scenarios, "ideal,direct,lru,copy,epochfs")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ideal", "direct", "lru", "copy", "epochfs"}));
+
   epochfs::tools::BenchPolicyOptions bench_policy;
   auto* bench_policy_cmd = app.add_subcommand(
       "bench-policy", "Hit rates of the eviction policies on shuffled epochs (simulation)");
@@ -230,6 +257,9 @@ int run(int argc, char** argv) {
   }
   if (app.got_subcommand("stats")) {
     return epochfs::tools::cmd_stats(stats_path, stats_json);
+  }
+  if (app.got_subcommand("bench")) {
+    return epochfs::tools::cmd_bench(bench);
   }
   if (app.got_subcommand("bench-policy")) {
     return epochfs::tools::cmd_bench_policy(bench_policy);

@@ -1,0 +1,222 @@
+// NextUsePolicy against brute force: on random traces it must get exactly the hits of
+// Belady's MIN with bypass; it must honour refusals (pinned files), fall back to LRU for files
+// with no known next use, and notice files that gain or lose a future.
+#include <algorithm>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "cachestore/eviction_policy.h"
+
+namespace epochfs::cachestore {
+namespace {
+
+constexpr uint64_t kNever = NextUseOracle::kNever;
+
+bool any(FileId /*id*/) { return true; }
+
+// The future as a fixed trace: next_use(f) is the position of f's next access after now.
+class TraceOracle final : public NextUseOracle {
+ public:
+  explicit TraceOracle(std::vector<FileId> trace) : trace_(std::move(trace)) {}
+
+  uint64_t next_use(FileId id) override {
+    for (size_t t = now_ + 1; t < trace_.size(); ++t) {
+      if (trace_[t] == id) {
+        return t;
+      }
+    }
+    return kNever;
+  }
+
+  void set_now(size_t t) { now_ = t; }
+
+ private:
+  std::vector<FileId> trace_;
+  size_t now_ = 0;
+};
+
+// A settable future per file.
+class MapOracle final : public NextUseOracle {
+ public:
+  uint64_t next_use(FileId id) override {
+    auto it = uses_.find(id);
+    return it == uses_.end() ? kNever : it->second;
+  }
+
+  std::map<FileId, uint64_t> uses_;
+};
+
+uint64_t belady_hits(const std::vector<FileId>& trace, size_t capacity) {
+  TraceOracle oracle(trace);
+  std::set<FileId> cached;
+  uint64_t hits = 0;
+  for (size_t t = 0; t < trace.size(); ++t) {
+    oracle.set_now(t);
+    const FileId f = trace[t];
+    if (cached.count(f) != 0) {
+      ++hits;
+      continue;
+    }
+    if (cached.size() < capacity) {
+      cached.insert(f);
+      continue;
+    }
+    FileId far = *cached.begin();
+    for (FileId c : cached) {
+      if (oracle.next_use(c) > oracle.next_use(far)) {
+        far = c;
+      }
+    }
+    if (oracle.next_use(f) < oracle.next_use(far)) {
+      cached.erase(far);
+      cached.insert(f);
+    }
+  }
+  return hits;
+}
+
+uint64_t policy_hits(const std::vector<FileId>& trace, size_t capacity) {
+  TraceOracle oracle(trace);
+  NextUsePolicy policy(oracle);
+  std::set<FileId> cached;
+  uint64_t hits = 0;
+  for (size_t t = 0; t < trace.size(); ++t) {
+    oracle.set_now(t);
+    const FileId f = trace[t];
+    if (cached.count(f) != 0) {
+      ++hits;
+      policy.accessed(f);
+      continue;
+    }
+    if (cached.size() < capacity) {
+      cached.insert(f);
+      policy.inserted(f);
+      continue;
+    }
+    auto victim = policy.choose_victim(any);
+    REQUIRE(victim.has_value());
+    REQUIRE(cached.count(*victim) == 1);
+    if (policy.worth_evicting(f, *victim)) {
+      policy.removed(*victim);
+      cached.erase(*victim);
+      cached.insert(f);
+      policy.inserted(f);
+    }
+  }
+  CHECK(policy.size() == cached.size());
+  return hits;
+}
+
+}  // namespace
+
+TEST_CASE("NextUsePolicy gets Belady's hits on random traces", "[next_use]") {
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937 rng(seed);
+    const FileId files = 20 + seed % 40;
+    const size_t capacity = 3 + seed % 15;
+    std::vector<FileId> trace(600);
+    // Shuffled epochs, as a trainer reads, and uniform random accesses, alternately.
+    if (seed % 2 == 0) {
+      trace.clear();
+      while (trace.size() < 600) {
+        std::vector<FileId> epoch(files);
+        for (FileId i = 0; i < files; ++i) {
+          epoch[i] = i;
+        }
+        std::shuffle(epoch.begin(), epoch.end(), rng);
+        trace.insert(trace.end(), epoch.begin(), epoch.end());
+      }
+    } else {
+      std::uniform_int_distribution<FileId> pick(0, files - 1);
+      for (auto& f : trace) {
+        f = pick(rng);
+      }
+    }
+    INFO("seed " << seed << ", " << files << " files, capacity " << capacity);
+    CHECK(policy_hits(trace, capacity) == belady_hits(trace, capacity));
+  }
+}
+
+TEST_CASE("NextUsePolicy picks the farthest file it may evict", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  oracle.uses_ = {{1, 10}, {2, 30}, {3, 20}};
+  for (FileId id : {1, 2, 3}) {
+    policy.inserted(id);
+  }
+  CHECK(policy.choose_victim(any) == FileId{2});
+  // 2 is pinned: the next farthest goes.
+  CHECK(policy.choose_victim([](FileId id) { return id != 2; }) == FileId{3});
+  CHECK(policy.choose_victim([](FileId) { return false; }) == std::nullopt);
+  // Refusals leave everything in place.
+  CHECK(policy.size() == 3);
+  CHECK(policy.choose_victim(any) == FileId{2});
+}
+
+TEST_CASE("files with no known next use go first, oldest first", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  oracle.uses_ = {{1, 5}};
+  for (FileId id : {1, 2, 3, 4}) {
+    policy.inserted(id);  // 2, 3, 4: no future
+  }
+  policy.accessed(2);  // 3 is now the least recently used of them
+  CHECK(policy.choose_victim(any) == FileId{3});
+  policy.removed(3);
+  CHECK(policy.choose_victim(any) == FileId{4});
+  // A file with no future is not worth evicting one that has one, and vice versa.
+  CHECK_FALSE(policy.worth_evicting(9, 1));
+  CHECK(policy.worth_evicting(1, 4));
+  CHECK(policy.worth_evicting(9, 4));  // two without a future: LRU replaces
+}
+
+TEST_CASE("without any known future NextUsePolicy is LRU", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  LruPolicy lru;
+  std::mt19937 rng(5);
+  std::set<FileId> resident;
+  for (int step = 0; step < 2000; ++step) {
+    const FileId id = rng() % 50;
+    if (resident.count(id) != 0) {
+      policy.accessed(id);
+      lru.accessed(id);
+    } else if (resident.size() < 20) {
+      resident.insert(id);
+      policy.inserted(id);
+      lru.inserted(id);
+    } else {
+      const auto a = policy.choose_victim(any);
+      const auto b = lru.choose_victim(any);
+      REQUIRE(a == b);
+      policy.removed(*a);
+      lru.removed(*b);
+      resident.erase(*a);
+    }
+  }
+}
+
+TEST_CASE("a file's key follows its future as orders change", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  oracle.uses_ = {{1, 100}, {2, 50}};
+  policy.inserted(1);
+  policy.inserted(2);
+  policy.inserted(3);  // no future
+  CHECK(policy.choose_victim(any) == FileId{3});
+  oracle.uses_[3] = 10;  // a new order needs 3 soon
+  CHECK(policy.choose_victim(any) == FileId{1});
+  oracle.uses_[1] = 5;  // and 1 sooner still
+  CHECK(policy.choose_victim(any) == FileId{2});
+  oracle.uses_.erase(2);  // 2's order was replaced: no future any more
+  CHECK(policy.choose_victim(any) == FileId{2});
+}
+
+}  // namespace epochfs::cachestore

@@ -235,7 +235,7 @@ TEST_CASE("every modifying operation fails with EROFS and changes nothing", "[mo
   const auto before = list_tree(dir / "src");
   const auto one_before = read_file(dir / "src/one");
   ReadOnlyBind reference(dir / "src", dir / "ro");
-  SECTION("as mounted (the kernel enforces the ro mount)") {
+  SECTION("as mounted by default") {
     Mount mount(dir / "src", dir / "mnt");
     check_write_ops_fail(mount.path(), reference.path());
   }

@@ -1,8 +1,9 @@
 // epochfs-slowfs: a read-only FUSE passthrough that behaves like slow shared storage, for tests
 // and benchmarks. Each open and each read request waits --latency-ms before it is answered,
-// and at most --max-inflight requests are served at once (libfuse's worker threads, like an
-// NFS server's threads), so a reader that opens files one by one sees network-like latency
-// while many requests in flight still get through.
+// reads then pass one shared link of --bandwidth-mbs, and at most --max-inflight requests are
+// served at once (libfuse's worker threads, like an NFS server's threads), so a reader that
+// opens files one by one sees network-like latency while many requests in flight still get
+// through. Waiting threads sleep: the emulation itself costs only the FUSE requests' CPU.
 //
 // It counts opens per file: getxattr("user.slowfs.opens") on a file gives how many times it
 // was opened (on the root: over all files), which lets tests prove that a file was read from
@@ -21,6 +22,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -39,6 +41,9 @@ constexpr char kOpensXattr[] = "user.slowfs.opens";
 struct State {
   int root_fd = -1;
   std::chrono::microseconds latency{0};
+  // One shared link: a read's bytes pass after those of the reads before it (0: no limit).
+  double bytes_per_s = 0;
+  std::chrono::steady_clock::time_point link_free_at;
   std::mutex mu;
   std::unordered_map<std::string, uint64_t> opens;
   uint64_t total_opens = 0;
@@ -50,6 +55,23 @@ State& state() { return *static_cast<State*>(fuse_get_context()->private_data); 
 const char* rel(const char* path) { return path[1] == '\0' ? "." : path + 1; }
 
 void wait_latency() { std::this_thread::sleep_for(state().latency); }
+
+// Waits until `bytes` have passed the shared link, behind the bytes of earlier reads.
+void wait_link(size_t bytes) {
+  State& s = state();
+  if (s.bytes_per_s <= 0 || bytes == 0) {
+    return;
+  }
+  const auto transfer = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / s.bytes_per_s));
+  std::chrono::steady_clock::time_point done;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    done = std::max(std::chrono::steady_clock::now(), s.link_free_at) + transfer;
+    s.link_free_at = done;
+  }
+  std::this_thread::sleep_until(done);
+}
 
 int op_getattr(const char* path, struct stat* st, fuse_file_info* /*fi*/) {
   return fstatat(state().root_fd, rel(path), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
@@ -101,7 +123,11 @@ int op_open(const char* path, fuse_file_info* fi) {
 int op_read(const char* /*path*/, char* buf, size_t size, off_t offset, fuse_file_info* fi) {
   wait_latency();
   const ssize_t n = pread(static_cast<int>(fi->fh), buf, size, offset);
-  return n < 0 ? -errno : static_cast<int>(n);
+  if (n < 0) {
+    return -errno;
+  }
+  wait_link(static_cast<size_t>(n));
+  return static_cast<int>(n);
 }
 
 int op_release(const char* /*path*/, fuse_file_info* fi) {
@@ -189,6 +215,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--max-inflight", max_inflight, "Requests served at once")
       ->check(CLI::Range(1, 1024));
+  double bandwidth_mbs = 0;
+  app.add_option("--bandwidth-mbs", bandwidth_mbs, "Shared link speed in MB/s (0: no limit)")
+      ->check(CLI::Range(0.0, 1e6));
   CLI11_PARSE(app, argc, argv);
 
   State s;
@@ -198,5 +227,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   s.latency = std::chrono::microseconds(static_cast<int64_t>(latency_ms * 1000));
+  s.bytes_per_s = bandwidth_mbs * 1e6;
   return serve(s, mountpoint, max_inflight);
 }
