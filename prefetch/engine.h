@@ -51,7 +51,7 @@ struct EngineOptions {
   // A version read from the source this recently is trusted at open.
   double attr_timeout_s = 1.0;
   // Copies in flight at once. Network storage is latency-bound: many reads in flight.
-  unsigned stage_threads = 32;
+  unsigned stage_threads = 128;
   // Copies queued or running; beyond this a copy is dropped (the reader is served anyway).
   unsigned max_pending_copies = 4096;
   // How far ahead of each stream's cursor to stage (--lookahead).

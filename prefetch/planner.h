@@ -50,7 +50,7 @@ struct Lookahead {
 
 struct PlannerOptions {
   Lookahead lookahead;
-  unsigned stage_threads = 32;
+  unsigned stage_threads = 128;
   uint64_t cache_capacity = UINT64_MAX;
 };
 

@@ -166,7 +166,9 @@ class Bench {
                                      "--cache-dir",
                                      dir_ + "/cache",
                                      "--stage-threads",
-                                     std::to_string(o_.stage_threads)};
+                                     std::to_string(o_.stage_threads),
+                                     "--log-level",
+                                     "warning"};
     if (o_.cache_fraction < 1) {
       argv.insert(argv.end(), {"--cache-size", std::to_string(capacity)});
     }

@@ -49,7 +49,7 @@ struct BenchOptions {
   unsigned max_inflight = 64;
   // epochfs scenarios.
   double cache_fraction = 1;
-  unsigned stage_threads = 32;
+  unsigned stage_threads = 128;
   std::vector<std::string> scenarios = {"ideal", "direct", "lru", "copy", "epochfs"};
 };
 

@@ -229,6 +229,16 @@ TEST_CASE("orders are published through .epochfs/ and epochfs publish", "[mount]
     CHECK(r.exit_code != 0);
     CHECK(r.output.find("count") != std::string::npos);
   }
+  SECTION("an index-form order names files of the manifest") {
+    CHECK(publish(mount, "#form indices\n0\n", "early") == EINVAL);  // no manifest yet
+    CHECK(publish(mount, order_text({5, 6, 7}), "manifest") == 0);
+    CHECK(stat_of(mount, "prefetch.manifest_entries") == 3);
+    CHECK(publish(mount, "#form indices\n#count 4\n2\n0\n3\nx\n") == 0);
+    CHECK(stat_of(mount, "prefetch.last_publish.accepted") == 2);
+    CHECK(stat_of(mount, "prefetch.last_publish.rejected") == 2);  // 3 is past the end; x
+    CHECK(read_order(mount, dir / "src", {7, 5}, 1, {}) == 0);
+    CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.opens") == 2);
+  }
   SECTION("writes outside .epochfs/ still fail with EROFS") {
     const int fd = ::open((mount / "new").c_str(), O_WRONLY | O_CREAT, 0600);
     CHECK(fd < 0);

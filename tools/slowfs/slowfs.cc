@@ -162,8 +162,16 @@ int op_getxattr(const char* path, const char* name, char* value, size_t size) {
   return static_cast<int>(text.size());
 }
 
+void* op_init(fuse_conn_info* /*conn*/, fuse_config* cfg) {
+  // The source's inode numbers, not libfuse's own: those change when the kernel forgets an
+  // inode, and a changed inode number means a changed file to a cache above (epochfs).
+  cfg->use_ino = 1;
+  return fuse_get_context()->private_data;
+}
+
 fuse_operations make_operations() {
   fuse_operations ops{};
+  ops.init = op_init;
   ops.getattr = op_getattr;
   ops.readlink = op_readlink;
   ops.readdir = op_readdir;
