@@ -3,12 +3,13 @@
 #   tools/dev/run.sh demo [demo args]  build Release and run the demo
 #   tools/dev/run.sh test              check formatting and layering, then build and run the
 #                                      whole test suite twice: Release with -Werror (preset ci)
-#                                      and ASan+UBSan (preset asan)
+#                                      and ASan+UBSan (preset asan), fuzzing the shuffle-file
+#                                      parser for 30 s (libFuzzer, clang) in between
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxxhash-dev
-          libcli11-dev catch2 clang-format)
+          libcli11-dev catch2 clang-format clang-14 libfuzzer-14-dev)
 
 install_missing() {
   local missing=() p
@@ -29,6 +30,20 @@ build() {
   cmake --build --preset "$1"
 }
 
+# Builds the shuffle-file parser's libFuzzer target with clang and runs it for $1 seconds.
+fuzz_parser() {
+  cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DEPOCHFS_FUZZ=ON \
+    -DEPOCHFS_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build/fuzz --target order_parser_fuzz
+  local corpus
+  corpus=$(mktemp -d)
+  build/fuzz/test/order_parser_fuzz "$corpus" -max_total_time="$1" -max_len=8192 -seed=1 \
+    -print_final_stats=1 2>&1 | tail -3
+  local status=${PIPESTATUS[0]}
+  rm -rf "$corpus"
+  return "$status"
+}
+
 case "${1:-}" in
   demo)
     install_missing
@@ -40,6 +55,7 @@ case "${1:-}" in
     tools/dev/check.sh
     build ci
     ctest --preset ci
+    fuzz_parser 30
     build asan
     ctest --preset asan
     ;;
