@@ -249,15 +249,6 @@ class Bench {
   std::map<size_t, double> ideal_;
 };
 
-std::string work_dir(const std::string& requested) {
-  if (!requested.empty()) {
-    fs::create_directories(requested);
-    return fs::absolute(requested);
-  }
-  std::string pattern = "/tmp/epochfs-bench-XXXXXX";
-  return mkdtemp(pattern.data()) == nullptr ? std::string() : pattern;
-}
-
 // Serves the dataset as shared storage for the time of the scenarios (unmounted before the
 // work directory is removed).
 void run_scenarios(const BenchOptions& o, const std::string& dir, std::vector<std::string> paths,
@@ -291,7 +282,7 @@ void run_scenarios(const BenchOptions& o, const std::string& dir, std::vector<st
 }  // namespace
 
 int cmd_bench(const BenchOptions& o) {
-  const std::string dir = work_dir(o.dir);
+  const std::string dir = make_work_dir(o.dir, "epochfs-bench");
   if (dir.empty()) {
     fprintf(stderr, "epochfs bench: cannot make a work directory\n");
     return 1;

@@ -21,19 +21,6 @@ namespace {
 
 constexpr auto kMountTimeout = std::chrono::seconds(20);
 
-std::string make_work_dir(const std::string& requested) {
-  if (!requested.empty()) {
-    std::filesystem::create_directories(requested);
-    return requested;
-  }
-  const char* tmp = getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr ? tmp : "/tmp") + "/epochfs-demo-XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) {
-    return "";
-  }
-  return pattern;
-}
-
 // The median of `rounds` runs; direct and mount runs alternate so drift hits both alike.
 struct SideBySide {
   ReadFigures direct;
@@ -156,7 +143,7 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
 }  // namespace
 
 int cmd_demo(const DemoOptions& o) {
-  const std::string dir = make_work_dir(o.dir);
+  const std::string dir = make_work_dir(o.dir, "epochfs-demo");
   if (dir.empty()) {
     fprintf(stderr, "epochfs demo: cannot create a work directory\n");
     return 1;

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "tools/mount_table.h"
@@ -101,6 +103,17 @@ std::string self_exe() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string make_work_dir(const std::string& requested, const std::string& prefix) {
+  std::error_code ec;
+  if (!requested.empty()) {
+    std::filesystem::create_directories(requested, ec);
+    return ec ? std::string() : std::filesystem::absolute(requested).string();
+  }
+  const char* tmp = getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + prefix + "-XXXXXX";
+  return mkdtemp(pattern.data()) == nullptr ? std::string() : pattern;
 }
 
 }  // namespace epochfs::tools

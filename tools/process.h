@@ -31,4 +31,8 @@ std::optional<int> stop_mount(const std::string& path, pid_t pid,
 // Path of the running executable.
 std::string self_exe();
 
+// `requested` (created if missing, made absolute), or if empty a new directory
+// $TMPDIR/<prefix>-XXXXXX; "" on failure.
+std::string make_work_dir(const std::string& requested, const std::string& prefix);
+
 }  // namespace epochfs::tools

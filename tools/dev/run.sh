@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxxhash-dev
-          libcli11-dev catch2 clang-format clang-14 libfuzzer-14-dev)
+          libcli11-dev catch2 clang-format clang-14 libfuzzer-14-dev
+          python3-torch python3-torchvision python3-pytest python3-pil)
 
 install_missing() {
   local missing=() p

@@ -1,0 +1,145 @@
+"""Publish training orders to an epochfs mount.
+
+epochfs stages the files a trainer will open next when it knows the order: this module
+writes that order into the mount's control directory (``<mount>/.epochfs/``), in the format
+of docs/user-guide.md ("The shuffle file"). Standard library only; the PyTorch samplers are
+in :mod:`epochfs.torch`.
+
+Every order is written with a ``#count`` header: the daemon publishes it when the file is
+closed, and refuses it whole if fewer lines arrived (a writer killed mid-file never publishes
+a truncated order).
+"""
+
+import errno
+import itertools
+import json
+import os
+
+__all__ = [
+    "PublishError",
+    "find_mount",
+    "is_epochfs",
+    "publish",
+    "set_manifest",
+    "stats",
+]
+
+_CONTROL = ".epochfs"
+_counter = itertools.count()
+
+
+class PublishError(OSError):
+    """The daemon refused an order or a manifest; the message says why."""
+
+
+def find_mount(path):
+    """The root of the epochfs mount holding ``path`` (a file or directory), or None.
+
+    A training script's data dir is often a subdirectory of the mount (``mount/train``); the
+    control directory exists only at the mount's root.
+    """
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        path = os.path.dirname(path)
+    while True:
+        if os.path.isfile(os.path.join(path, _CONTROL, "stats")):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def is_epochfs(path):
+    """True if ``path`` is inside an epochfs mount."""
+    return find_mount(path) is not None
+
+
+def stats(mount):
+    """The mount's statistics (``<mount>/.epochfs/stats``, docs/stats.md) as a dict."""
+    with open(os.path.join(_root(mount), _CONTROL, "stats"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def set_manifest(mount, paths):
+    """Publishes the manifest: index ``i`` of an index-form order names ``paths[i]``.
+
+    ``paths`` are relative to the mount's root (absolute paths inside the mount are made
+    relative).
+    """
+    root = _root(mount)
+    lines = [_relative(root, p) for p in paths]
+    _write(root, "manifest", _header(count=len(lines)), lines)
+
+
+def publish(mount, order, *, epoch=None, stream=None):
+    """Publishes one epoch's order.
+
+    ``order`` is a sequence of paths (relative to the mount's root, or absolute inside it)
+    or of integer indices into the manifest (:func:`set_manifest`), in the order the trainer
+    will read them. ``epoch`` defaults to one past the stream's newest; ``stream`` names the
+    reader (one per rank), ``"default"`` if None. Raises :class:`PublishError` when the
+    daemon refuses the order.
+    """
+    root = _root(mount)
+    order = list(order)
+    if order and all(isinstance(i, int) and not isinstance(i, bool) for i in order):
+        form, lines = "indices", [str(i) for i in order]
+    else:
+        form, lines = "paths", [_relative(root, p) for p in order]
+    header = _header(form=form, epoch=epoch, stream=stream, count=len(lines))
+    _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
+
+
+def _root(mount):
+    root = find_mount(mount)
+    if root is None:
+        raise FileNotFoundError(errno.ENOENT, "not an epochfs mount", mount)
+    return root
+
+
+def _relative(root, path):
+    path = os.fspath(path)
+    if os.path.isabs(path):
+        path = os.path.relpath(path, root)
+    if "\n" in path or "\r" in path:
+        raise ValueError("a path in an order cannot hold a line break: %r" % path)
+    return path
+
+
+def _header(form=None, epoch=None, stream=None, count=None):
+    lines = []
+    if form is not None:
+        lines.append("#form " + form)
+    if epoch is not None:
+        lines.append("#epoch %d" % int(epoch))
+    if stream is not None:
+        lines.append("#stream " + str(stream))
+    if count is not None:
+        lines.append("#count %d" % count)
+    return lines
+
+
+def _write(root, name, header, lines):
+    """Writes one file into the control directory; its close publishes it."""
+    text = "\n".join(itertools.chain(header, lines)) + "\n"
+    path = os.path.join(root, _CONTROL, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data):]
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        os.close(fd)
+    except OSError as e:
+        raise PublishError(e.errno, _last_message(root) or os.strerror(e.errno), path) from None
+
+
+def _last_message(root):
+    try:
+        return stats(root)["prefetch"]["last_publish"]["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,148 @@
+"""PyTorch samplers that publish the epoch's order to epochfs as they yield it.
+
+Two lines in a training script::
+
+    sampler = epochfs.torch.PublishingSampler(RandomSampler(dataset), data_dir,
+                                              epochfs.torch.dataset_paths(dataset))
+    loader = DataLoader(dataset, sampler=sampler, num_workers=8, batch_size=256)
+
+or, for distributed training, ``DistributedPublishingSampler(dataset, ...)`` in place of
+``DistributedSampler(dataset, ...)``. The index of a sample is its position in ``paths``;
+the paths are published once as the mount's manifest, and each epoch as indices into it.
+
+When the data dir is not on an epochfs mount, the samplers warn once and otherwise behave
+exactly like the sampler they wrap, so one script runs with and without epochfs.
+"""
+
+import os
+import warnings
+
+import torch.utils.data
+
+import epochfs
+
+__all__ = ["DistributedPublishingSampler", "PublishingSampler", "dataset_paths"]
+
+
+def dataset_paths(dataset):
+    """The file of every sample of ``dataset``, by index.
+
+    Works with ``ImageFolder``/``DatasetFolder`` (``dataset.samples``), datasets with
+    ``imgs`` or ``paths``, and ``Subset`` of those.
+    """
+    if isinstance(dataset, torch.utils.data.Subset):
+        inner = dataset_paths(dataset.dataset)
+        return [inner[i] for i in dataset.indices]
+    for name in ("samples", "imgs"):
+        items = getattr(dataset, name, None)
+        if items is not None:
+            return [item[0] if isinstance(item, (tuple, list)) else item for item in items]
+    items = getattr(dataset, "paths", None)
+    if items is not None:
+        return list(items)
+    raise TypeError("cannot find the files of %s: give the paths explicitly" % type(dataset))
+
+
+class _Publisher:
+    """Publishes orders of one stream to the mount holding ``data_dir``, or does nothing
+    (after one warning) when there is no such mount."""
+
+    def __init__(self, data_dir, paths, stream):
+        self.stream = stream
+        self.mount = epochfs.find_mount(data_dir)
+        self.paths = [os.fspath(p) for p in paths]
+        self.manifest_set = False
+        self.published = set()
+        if self.mount is None:
+            warnings.warn("%s is not on an epochfs mount: the order is not published" % data_dir,
+                          RuntimeWarning, stacklevel=3)
+
+    def publish(self, epoch, indices):
+        if self.mount is None or epoch in self.published:
+            return
+        if not self.manifest_set:
+            epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths])
+            self.manifest_set = True
+        epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch, stream=self.stream)
+        self.published.add(epoch)
+        # Epochs behind the newest two will not be published again: forget them.
+        self.published = {e for e in self.published if e >= epoch - 1}
+
+    def _absolute(self, path):
+        return path if os.path.isabs(path) else os.path.join(self.mount, path)
+
+    def __getstate__(self):
+        # Samplers are pickled into DataLoader workers, which never publish.
+        state = dict(self.__dict__)
+        state["mount"] = None
+        return state
+
+
+class PublishingSampler(torch.utils.data.Sampler):
+    """Wraps any sampler: at each ``__iter__`` it materialises the epoch's order, publishes
+    it, and yields exactly the indices the wrapped sampler yields.
+
+    ``paths[i]`` is the file of sample ``i`` (absolute, or relative to the mount's root).
+    Epochs are numbered from 0 in the order of ``__iter__`` calls, or set by ``set_epoch``.
+    """
+
+    def __init__(self, sampler, data_dir, paths, *, stream=None):
+        self.sampler = sampler
+        self.epoch = 0
+        self._explicit_epoch = False
+        self._publisher = _Publisher(data_dir, paths, stream)
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self._explicit_epoch = True
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        order = list(iter(self.sampler))
+        self._publisher.publish(self.epoch, order)
+        if not self._explicit_epoch:
+            self.epoch += 1
+        self._explicit_epoch = False
+        return iter(order)
+
+    def __len__(self):
+        return len(self.sampler)
+
+
+class DistributedPublishingSampler(torch.utils.data.DistributedSampler):
+    """``DistributedSampler`` that publishes its rank's order as its own stream.
+
+    Same constructor arguments and the same order for a given seed, epoch, rank,
+    num_replicas, shuffle and drop_last. The order is a function of seed and epoch, so the
+    next epoch's order is published ahead of time: epochfs stages across the epoch boundary.
+    ``data_dir`` and ``paths`` come after the usual arguments (``paths`` defaults to
+    :func:`dataset_paths` of the dataset).
+    """
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False, *, data_dir, paths=None):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
+                         seed=seed, drop_last=drop_last)
+        if paths is None:
+            paths = dataset_paths(dataset)
+        self._publisher = _Publisher(data_dir, paths, "rank%d" % self.rank)
+
+    def _order(self, epoch):
+        saved, self.epoch = self.epoch, epoch
+        try:
+            return list(super().__iter__())
+        finally:
+            self.epoch = saved
+
+    def set_epoch(self, epoch):
+        super().set_epoch(epoch)
+        self._publish_from(epoch)
+
+    def _publish_from(self, epoch):
+        self._publisher.publish(epoch, self._order(epoch))
+        self._publisher.publish(epoch + 1, self._order(epoch + 1))
+
+    def __iter__(self):
+        self._publish_from(self.epoch)
+        return iter(self._order(self.epoch))

@@ -1,0 +1,137 @@
+"""The PyTorch samplers with a real DataLoader over ImageFolder on a real mount."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler  # noqa: E402
+
+import epochfs  # noqa: E402
+import epochfs.torch  # noqa: E402
+
+
+def read_path(path):
+    """Reads the file whole, as an image loader does, and gives its path as the sample."""
+    with open(path, "rb") as f:
+        f.read()
+    return path
+
+
+def path_folder(root):
+    """ImageFolder whose samples are their file paths: shows which files the loader read."""
+    return torchvision.datasets.ImageFolder(root, loader=read_path)
+
+
+def seeded(dataset, seed=7):
+    return RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+
+
+def loader_paths(loader):
+    out = []
+    for paths, _ in loader:
+        out += list(paths)
+    return out
+
+
+def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeypatch):
+    published = []
+    real_publish = epochfs.publish
+
+    def spy(m, order, **kw):
+        published.append(list(order))
+        real_publish(m, order, **kw)
+
+    monkeypatch.setattr(epochfs, "publish", spy)
+    data = os.path.join(mount.path, "train")
+    ds = path_folder(data)
+    paths = epochfs.torch.dataset_paths(ds)
+    sampler = epochfs.torch.PublishingSampler(seeded(ds), data, paths)
+    loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=4)
+
+    first = loader_paths(loader)
+    assert first == [paths[i] for i in published[0]]
+    assert sorted(first) == sorted(paths)
+    mount.wait_idle()
+    second = loader_paths(loader)
+    assert second == [paths[i] for i in published[1]]
+    assert published[0] != published[1]
+    epoch = mount.stats()["prefetch"]["streams"]["default"]["this_epoch"]
+    assert epoch["epoch"] == 1
+    assert epoch["opens"] == len(paths)
+    assert epoch["hits"] >= 0.95 * len(paths)
+
+
+def test_the_wrapper_yields_exactly_what_the_wrapped_sampler_yields(mount):
+    data = os.path.join(mount.path, "train")
+    ds = path_folder(data)
+    plain = seeded(ds)
+    wrapped = epochfs.torch.PublishingSampler(seeded(ds), data, epochfs.torch.dataset_paths(ds))
+    for _ in range(3):
+        assert list(wrapped) == list(plain)
+    assert len(wrapped) == len(plain)
+
+
+def test_outside_epochfs_one_warning_and_the_same_order(image_source):
+    data = os.path.join(image_source, "train")
+    ds = path_folder(data)
+    with pytest.warns(RuntimeWarning, match="not on an epochfs mount"):
+        wrapped = epochfs.torch.PublishingSampler(seeded(ds), data,
+                                                  epochfs.torch.dataset_paths(ds))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [list(wrapped) for _ in range(2)]
+    plain = seeded(ds)
+    assert got == [list(plain) for _ in range(2)]
+
+
+def test_distributed_sampler_matches_torch_and_publishes_ahead(mount):
+    data = os.path.join(mount.path, "train")
+    ds = path_folder(data)
+    ours = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=1, seed=3,
+                                                      data_dir=data)
+    theirs = DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
+    for epoch in range(3):
+        ours.set_epoch(epoch)
+        theirs.set_epoch(epoch)
+        stream = mount.stats()["prefetch"]["streams"]["rank1"]
+        # The next epoch is queued as soon as this one is set, before set_epoch(epoch + 1).
+        assert stream["epochs_queued"] >= 1
+        assert list(ours) == list(theirs)
+        loader_paths(DataLoader(ds, sampler=ours, batch_size=8, num_workers=2))
+
+
+RANK_SCRIPT = """
+import os, sys, json
+sys.path.insert(0, %(pkg)r)
+import torchvision, epochfs, epochfs.torch
+ds = torchvision.datasets.ImageFolder(%(data)r, loader=lambda p: p)
+s = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=int(sys.argv[1]),
+                                               data_dir=%(data)r)
+s.set_epoch(0)
+print(json.dumps([ds.samples[i][0] for i in s]))
+"""
+
+
+def test_two_ranks_publish_their_own_streams_covering_the_dataset(mount):
+    import json
+
+    data = os.path.join(mount.path, "train")
+    pkg = os.path.dirname(os.path.dirname(epochfs.__file__))
+    script = RANK_SCRIPT % {"pkg": pkg, "data": data}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE)
+             for r in (0, 1)]
+    orders = [json.loads(p.communicate()[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    streams = mount.stats()["prefetch"]["streams"]
+    for r in (0, 1):
+        assert streams["rank%d" % r]["epoch"] == 0
+        assert streams["rank%d" % r]["epoch_length"] == len(orders[r])
+        assert streams["rank%d" % r]["epochs_queued"] == 1
+    everything = set(epochfs.torch.dataset_paths(path_folder(data)))
+    assert set(orders[0]) | set(orders[1]) == everything
