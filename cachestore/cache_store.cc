@@ -544,11 +544,11 @@ void CacheStore::unpin(FileId id) {
   finish_removals(removals);
 }
 
-void CacheStore::drop(FileId id) {
+void CacheStore::drop(FileId id, bool damaged) {
   std::vector<Removal> removals;
   {
     MutexLock lock(mu_);
-    drop_locked(id, false, removals);
+    drop_locked(id, damaged, removals);
   }
   finish_removals(removals);
 }

@@ -155,8 +155,8 @@ class CacheStore {
   // EDQUOT, EIO, EROFS), or 0 when the source changed or failed.
   void abort(Staging staging, int err);
 
-  // Drops id's copy (the source changed or the copy is damaged).
-  void drop(FileId id);
+  // Drops id's copy because the source changed, or (damaged) because reading it failed.
+  void drop(FileId id, bool damaged = false);
 
   // Copies an earlier mount kept (--keep-cache) whose files are present with the recorded size.
   // Each is served only after adopt() and a hash check at its first open. Call once, before

@@ -194,6 +194,22 @@ Status Filesystem::flush(FileHandle& file) {
   return report.ok ? Status::ok() : Status::error(EINVAL, "publish: " + report.message);
 }
 
+Status Filesystem::read_source_instead(FileHandle& file) {
+  cachestore::MutexLock lock(file.fallback_mu);
+  if (!file.reading_copy.load(std::memory_order_acquire)) {
+    return Status::ok();  // another worker switched it already
+  }
+  auto fd = engine_.source_instead_of_copy(file.file);
+  if (!fd.is_ok()) {
+    return fd.status();
+  }
+  // The copy's fd stays open until release: a worker may still be reading from it.
+  file.source_fd = std::move(fd).value();
+  file.read_fd.store(file.source_fd.get(), std::memory_order_release);
+  file.reading_copy.store(false, std::memory_order_release);
+  return Status::ok();
+}
+
 void Filesystem::count_read(const FileHandle& file, uint64_t size, uint64_t offset) {
   const auto file_size = static_cast<uint64_t>(file.file.version.size);
   engine_.count_read(file.file, offset >= file_size ? 0 : std::min(size, file_size - offset));
@@ -221,6 +237,8 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
     return Status::error(ENOMEM, "open");
   }
   handle->file = std::move(file).value();
+  handle->read_fd.store(handle->file.fd.get(), std::memory_order_relaxed);
+  handle->reading_copy.store(handle->file.from_cache, std::memory_order_relaxed);
   return OpenResult{files_.add(std::move(handle)), options_.immutable || unchanged};
 }
 

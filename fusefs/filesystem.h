@@ -49,6 +49,12 @@ struct Entry {
 // An open file: the kernel holds it as fuse_file_info::fh from open to release.
 struct FileHandle {
   prefetch::OpenFile file;
+  // The fd reads are served from: file.fd, or after a failed read of a cached copy the source
+  // (source_fd). Atomic: another worker may be reading the same handle as it changes.
+  std::atomic<int> read_fd{-1};
+  std::atomic<bool> reading_copy{false};
+  cachestore::Mutex fallback_mu;
+  cachestore::UniqueFd source_fd GUARDED_BY(fallback_mu);
   // For a control file (.epochfs/stats): its content, made at open; file.fd is unused.
   bool is_control = false;
   std::string control_content;
@@ -100,6 +106,9 @@ class Filesystem {
   // The writer closed the file: an upload is published now; EINVAL if it was refused (cut
   // short, no usable entries), with the reason in the log and in stats.
   cachestore::Status flush(FileHandle& file);
+  // A read of file's cached copy failed: switches the handle to the source at the same
+  // version (once; later calls find it done). An error if that cannot be done.
+  cachestore::Status read_source_instead(FileHandle& file);
   // size bytes at offset were requested from file; counts what was served.
   void count_read(const FileHandle& file, uint64_t size, uint64_t offset);
   cachestore::Result<struct statvfs> statfs() const;

@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <iterator>
@@ -257,6 +259,100 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
 }
 
+// A pipe per FUSE worker, for reads of cached copies: the copy's pages are spliced into it
+// first, so that a failed or short read of the copy is seen here, before anything is sent,
+// and the reader can be answered from the source instead. (Handing the copy's fd to
+// fuse_reply_data would let libfuse reply the error to the reader itself.)
+struct CopyPipe {
+  int r = -1;
+  int w = -1;
+  size_t capacity = 0;
+
+  ~CopyPipe() { reset(); }
+
+  void reset() {
+    if (r >= 0) {
+      close(r);
+      close(w);
+    }
+    r = w = -1;
+    capacity = 0;
+  }
+
+  // Ready for `size` bytes; false if no pipe that large can be had.
+  bool ready(size_t size) {
+    if (r < 0) {
+      int fds[2];
+      if (pipe2(fds, O_CLOEXEC) != 0) {
+        return false;
+      }
+      r = fds[0];
+      w = fds[1];
+      const int got = fcntl(w, F_SETPIPE_SZ, 1 << 20);
+      capacity = got > 0 ? static_cast<size_t>(got) : 0;
+    }
+    return capacity >= size;
+  }
+
+  // Moves up to len bytes of fd at off into the pipe; the count, or -errno.
+  ssize_t fill(int fd, off_t off, size_t len) {
+    size_t total = 0;
+    while (total < len) {
+      loff_t pos = off + static_cast<off_t>(total);
+      const ssize_t n = splice(fd, &pos, w, nullptr, len - total, SPLICE_F_MOVE);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0) {
+        return -errno;
+      }
+      if (n == 0) {
+        break;
+      }
+      total += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(total);
+  }
+
+  // True if nothing is left in the pipe (a reply that failed half-way leaves bytes behind).
+  bool empty() const {
+    int queued = 0;
+    return ioctl(r, FIONREAD, &queued) == 0 && queued == 0;
+  }
+};
+
+enum class CopyRead { kSent, kFailed, kNoPipe };
+
+// Answers a read of a cached copy through the worker's pipe. kFailed, with nothing sent, if
+// the copy could not give the bytes its version has: the caller reads the source instead.
+CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+  thread_local CopyPipe pipe;
+  const auto file_size = static_cast<uint64_t>(file.file.version.size);
+  const auto at = static_cast<uint64_t>(off);
+  const size_t expected =
+      at >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - at));
+  if (expected == 0) {
+    fuse_reply_buf(req, nullptr, 0);
+    return CopyRead::kSent;
+  }
+  if (!pipe.ready(expected)) {
+    return CopyRead::kNoPipe;
+  }
+  const ssize_t n = pipe.fill(file.read_fd.load(std::memory_order_acquire), off, expected);
+  if (n != static_cast<ssize_t>(expected)) {
+    pipe.reset();  // drop whatever part was spliced
+    return CopyRead::kFailed;
+  }
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(expected);
+  buf.buf[0].flags = FUSE_BUF_IS_FD;
+  buf.buf[0].fd = pipe.r;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+  if (!pipe.empty()) {
+    pipe.reset();
+  }
+  return CopyRead::kSent;
+}
+
 void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
   // Reply straight from the fd: libfuse splices it when the kernel allows, else preads.
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
@@ -271,9 +367,23 @@ void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
     fuse_reply_buf(req, chunk.data(), chunk.size());
     return;
   }
-  buf.buf[0].fd = file.file.fd.get();
-  buf.buf[0].pos = off;
   fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
+  if (file.reading_copy.load(std::memory_order_acquire)) {
+    const CopyRead r = reply_from_copy(req, file, size, off);
+    if (r == CopyRead::kSent) {
+      return;
+    }
+    if (r == CopyRead::kFailed) {
+      // The rest comes from the source, at the version this reader has been reading.
+      Status switched = fs_of(req).read_source_instead(file);
+      if (!switched.is_ok()) {
+        reply_status(req, switched);
+        return;
+      }
+    }
+  }
+  buf.buf[0].fd = file.read_fd.load(std::memory_order_acquire);
+  buf.buf[0].pos = off;
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 

@@ -339,6 +339,22 @@ void Engine::close_file(const OpenFile& file) {
   }
 }
 
+Result<UniqueFd> Engine::source_instead_of_copy(const OpenFile& file) {
+  cache_->drop(file.id, true);
+  const std::string rel_path = registry_.path_of(file.id);
+  cachestore::log(cachestore::LogLevel::kWarning,
+                  "cached copy of %s failed while read: reading the source instead",
+                  escape_for_log(rel_path).c_str());
+  auto source = open_source(file.id, rel_path);
+  if (!source.is_ok()) {
+    return source.status();
+  }
+  if (!(source.value().version == file.version)) {
+    return Status::error(EIO, rel_path + " changed while its damaged copy was read");
+  }
+  return std::move(source.value().fd);
+}
+
 void Engine::count_read(const OpenFile& file, uint64_t bytes) {
   (file.from_cache ? bytes_from_cache_ : bytes_from_source_).fetch_add(bytes, kRelaxed);
   if (!file.from_cache && file.stream >= 0) {

@@ -115,6 +115,12 @@ class Engine final : public PrefetchSink {
   // The reader is done with file.
   void close_file(const OpenFile& file);
 
+  // Reading file's cached copy failed (an I/O error, or the copy ended early): drops the copy
+  // as damaged and opens the source at the same version for the rest of the reads. An error
+  // if the source changed meanwhile (its bytes would not continue the version being read)
+  // or cannot be opened. file stays pinned until close_file.
+  cachestore::Result<cachestore::UniqueFd> source_instead_of_copy(const OpenFile& file);
+
   // bytes were served to a reader of file.
   void count_read(const OpenFile& file, uint64_t bytes);
 

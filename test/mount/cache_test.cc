@@ -1,6 +1,7 @@
 // The local-disk cache seen through a real mount: hits, the capacity, coherence with the
 // source, damaged copies, a full cache disk and the cache directory's lifecycle. Every byte
 // read is checked against the source.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -184,6 +185,39 @@ TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount]
   const double hits = stat_of(mount, "hits");
   check_same(mount / "f0", dir / "src/f0");
   CHECK(stat_of(mount, "hits") == hits + 1);
+}
+
+TEST_CASE("a cached copy that fails in the middle of a read is replaced by the source",
+          "[mount][cache]") {
+  constexpr uint64_t kSize = 8 << 20;
+  TempDir dir;
+  write_files(dir / "src", 1, kSize);
+  Mount mount(dir / "src", dir / "mnt");
+  check_same(mount / "f0", dir / "src/f0");
+  wait_for_staging(mount);
+  auto objects = cached_objects(mount.cache_root());
+  REQUIRE(objects.size() == 1);
+  REQUIRE(tools::drop_page_cache());
+  const double hits = stat_of(mount, "hits");
+  const int fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(stat_of(mount, "hits") == hits + 1);  // opened on the cached copy
+  std::string got(kSize, '\0');
+  REQUIRE(::pread(fd, got.data(), 4096, 0) == 4096);
+  // The copy loses its second half while the reader holds it open.
+  REQUIRE(::truncate(objects[0].c_str(), kSize / 2) == 0);
+  REQUIRE(tools::drop_page_cache());
+  size_t done = 4096;
+  while (done < kSize) {
+    const ssize_t n = ::pread(fd, got.data() + done, kSize - done, static_cast<off_t>(done));
+    REQUIRE(n > 0);
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  std::string want(kSize, '\0');
+  tools::fill_content(0, 1, 0, want.data(), want.size());
+  CHECK(got == want);
+  CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
 }
 
 namespace {
