@@ -3,6 +3,7 @@
 // Order matters: the mount is made before fuse_daemonize() forks, so the parent returns only
 // once the kernel mount exists (the kernel queues requests until the loop answers INIT), and
 // no thread is started before the fork.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,14 @@ int serve(fuse_session* se, const MountOptions& o) {
   fuse_loop_cfg_set_max_threads(cfg.get(), o.threads);
   fuse_loop_cfg_set_clone_fd(cfg.get(), 0);
   const int rc = fuse_session_loop_mt(se, cfg.get());
-  // rc > 0 is the signal that ended the loop: a requested, clean exit.
+  // rc > 0 is the signal that ended the loop: a requested, clean exit. ECONNABORTED means the
+  // kernel ended the connection (seen now and then right after a plain unmount on 6.x
+  // kernels, and after an abort through fusectl): the mount is gone either way, so the
+  // daemon cleans up and exits as after an unmount.
+  if (rc == -ECONNABORTED) {
+    cachestore::log(LogLevel::kInfo, "the kernel ended the connection");
+    return 0;
+  }
   if (rc < 0) {
     cachestore::log(LogLevel::kError, "session loop failed: %s", strerror(-rc));
     return 1;
