@@ -137,11 +137,17 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
     auto fd = cache_->open_copy(id, version.value());
     // Claiming the flight before opening the source closes the window in which a prefetch of
     // the same file could start: the source sees one open per file.
-    if (!fd) {
-      own_flight = stager_ != nullptr && claim_flight(id) == Claim::kOwned;
-      if (!own_flight && wait_for_flight(id, &outcome.stall_ns)) {
-        outcome.waited = true;
-        fd = cache_->open_copy(id, version.value());
+    if (!fd && stager_) {
+      own_flight = claim_flight(id) == Claim::kOwned;
+      if (!own_flight) {
+        outcome.waited = wait_for_flight(id, &outcome.stall_ns);
+      }
+      // Asked again: the copy waited for, or one whose flight ended between the first look and
+      // the claim, may be ready now.
+      fd = cache_->open_copy(id, version.value());
+      if (fd && own_flight) {
+        end_flight(id);
+        own_flight = false;
       }
     }
     if (fd) {

@@ -295,6 +295,10 @@ TEST_CASE("a paced reader over slow storage is served from the cache", "[mount][
   CHECK(stat_of(mount, "prefetch.prefetches") > 0);
   wait_idle(mount);
   // Prefetch copies and the reader never both open a file on the source.
+  INFO("aborted " << stat_of(mount, "cache.copies_aborted") << ", stale "
+                  << stat_of(mount, "cache.dropped_stale") << ", waits " << stat_of(mount, "waits")
+                  << ", misses " << stat_of(mount, "misses") << ", staged "
+                  << stat_of(mount, "cache.files_staged"));
   CHECK(slow.opens() == kFiles);
 }
 
