@@ -73,7 +73,8 @@ struct Row {
   EpochFigures figures;
   std::optional<double> hit_rate;
   double source_mb = 0;
-  double staging_s = 0;  // copy: the time the copy took before training
+  double staging_s = 0;  // copy: the time the copy took before training (in epoch 1's time)
+  double ratio_to_ideal = 0;
 };
 
 std::string sibling_binary(const std::string& name) {
@@ -200,8 +201,17 @@ class Bench {
         }
       }
       drop_page_cache();
-      Row row{scenario,     e + 1, run_epoch(root, paths_, order, o_.trainer),
-              std::nullopt, 0,     e == 0 ? staging_s : 0};
+      Row row;
+      row.scenario = scenario;
+      row.epoch = e + 1;
+      row.figures = run_epoch(root, paths_, order, o_.trainer);
+      if (e == 0 && staging_s > 0) {
+        // Copy-first: the trainer waited for the whole copy before its first batch.
+        row.staging_s = staging_s;
+        row.figures.seconds += staging_s;
+        row.figures.stall_s += staging_s;
+        row.source_mb = static_cast<double>(dataset_bytes_) / 1e6;
+      }
       if (mnt != nullptr) {
         if (auto doc = read_stats(*mnt)) {
           const double h = doc->number("hits").value_or(0);
@@ -217,24 +227,25 @@ class Bench {
       } else if (root == shared()) {
         row.source_mb = static_cast<double>(row.figures.bytes) / 1e6;
       }
+      if (row.scenario == "ideal") {
+        ideal_[row.epoch] = row.figures.samples_per_s();
+      }
+      const double ideal = ideal_.count(row.epoch) ? ideal_[row.epoch] : 0;
+      row.ratio_to_ideal = ideal > 0 ? row.figures.samples_per_s() / ideal : 0;
       rows_.push_back(row);
       print(row);
     }
   }
 
   void print(const Row& r) {
-    if (r.scenario == "ideal") {
-      ideal_[r.epoch] = r.figures.samples_per_s();
-    }
-    const double ideal = ideal_.count(r.epoch) ? ideal_[r.epoch] : 0;
     char hit[16] = "-";
     if (r.hit_rate) {
       snprintf(hit, sizeof(hit), "%.3f", *r.hit_rate);
     }
     printf("%-8s %5zu %10.0f %7.1f%% %9.1f %9.1f %8.2f %8s %10.0f %9.1f\n", r.scenario.c_str(),
            r.epoch, r.figures.samples_per_s(), 100 * r.figures.stall_fraction(),
-           r.figures.p50_wait_ms, r.figures.p99_wait_ms,
-           ideal > 0 ? r.figures.samples_per_s() / ideal : 0, hit, r.source_mb, r.staging_s);
+           r.figures.p50_wait_ms, r.figures.p99_wait_ms, r.ratio_to_ideal, hit, r.source_mb,
+           r.staging_s);
     if (r.figures.errors > 0) {
       printf("         %zu files could not be read\n", static_cast<size_t>(r.figures.errors));
     }
@@ -251,15 +262,15 @@ class Bench {
 
 // Serves the dataset as shared storage for the time of the scenarios (unmounted before the
 // work directory is removed).
-void run_scenarios(const BenchOptions& o, const std::string& dir, std::vector<std::string> paths,
-                   uint64_t bytes) {
+std::vector<Row> run_scenarios(const BenchOptions& o, const std::string& dir,
+                               std::vector<std::string> paths, uint64_t bytes) {
   Daemon storage({sibling_binary("epochfs-slowfs"), dir + "/data", dir + "/shared", "--latency-ms",
                   std::to_string(o.latency_ms), "--bandwidth-mbs", std::to_string(o.bandwidth_mbs),
                   "--max-inflight", std::to_string(o.max_inflight)},
                  dir + "/shared", "fuse.slowfs");
   if (!storage.up()) {
     fprintf(stderr, "epochfs bench: the emulated shared storage did not come up\n");
-    return;
+    return {};
   }
   printf("dataset: %zu files, %.0f MB; shared storage: %.1f ms per request, %s, %u in flight\n",
          o.files, static_cast<double>(bytes) / 1e6, o.latency_ms,
@@ -277,6 +288,43 @@ void run_scenarios(const BenchOptions& o, const std::string& dir, std::vector<st
   for (const auto& s : o.scenarios) {
     bench.run(s);
   }
+  return bench.rows();
+}
+
+// The results as JSON: {"config": {...}, "results": {scenario: {epoch: {...}}}}.
+bool write_json(const std::string& path, const BenchOptions& o, uint64_t dataset_bytes,
+                const std::vector<Row>& rows) {
+  std::ofstream out(path);
+  out << "{\n  \"config\": {\"files\": " << o.files << ", \"dataset_bytes\": " << dataset_bytes
+      << ", \"epochs\": " << o.epochs << ", \"batch\": " << o.trainer.batch
+      << ", \"workers\": " << o.trainer.workers << ", \"compute_ms\": " << o.trainer.compute_ms
+      << ", \"latency_ms\": " << o.latency_ms << ", \"bandwidth_mbs\": " << o.bandwidth_mbs
+      << ", \"max_inflight\": " << o.max_inflight << ", \"cache_fraction\": " << o.cache_fraction
+      << ", \"stage_threads\": " << o.stage_threads << "},\n  \"results\": {";
+  std::string scenario;
+  for (const Row& r : rows) {
+    if (r.scenario != scenario) {
+      out << (scenario.empty() ? "" : "},") << "\n    \"" << r.scenario << "\": {";
+      scenario = r.scenario;
+    } else {
+      out << ",";
+    }
+    const EpochFigures& f = r.figures;
+    out << "\n      \"" << r.epoch << "\": {\"samples_per_s\": " << f.samples_per_s()
+        << ", \"seconds\": " << f.seconds << ", \"stall_fraction\": " << f.stall_fraction()
+        << ", \"p50_wait_ms\": " << f.p50_wait_ms << ", \"p99_wait_ms\": " << f.p99_wait_ms
+        << ", \"ratio_to_ideal\": " << r.ratio_to_ideal << ", \"hit_rate\": ";
+    if (r.hit_rate) {
+      out << *r.hit_rate;
+    } else {
+      out << "null";
+    }
+    out << ", \"source_bytes\": " << static_cast<uint64_t>(r.source_mb * 1e6)
+        << ", \"staging_s\": " << r.staging_s << ", \"samples\": " << f.samples
+        << ", \"bytes_read\": " << f.bytes << ", \"errors\": " << f.errors << "}";
+  }
+  out << (scenario.empty() ? "" : "}") << "\n  }\n}\n";
+  return static_cast<bool>(out);
 }
 
 }  // namespace
@@ -301,12 +349,17 @@ int cmd_bench(const BenchOptions& o) {
   for (const auto& p : paths.value()) {
     bytes += (fs::file_size(dir + "/data/" + p) + 4095) / 4096 * 4096;
   }
-  run_scenarios(o, dir, std::move(paths).value(), bytes);
+  const auto rows = run_scenarios(o, dir, std::move(paths).value(), bytes);
+  const bool complete = rows.size() == o.epochs * o.scenarios.size();
+  if (!o.json.empty() && !write_json(o.json, o, bytes, rows)) {
+    fprintf(stderr, "epochfs bench: cannot write %s\n", o.json.c_str());
+    return 1;
+  }
   if (o.dir.empty()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
-  return 0;
+  return complete ? 0 : 1;
 }
 
 }  // namespace epochfs::tools

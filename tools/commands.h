@@ -51,6 +51,7 @@ struct BenchOptions {
   double cache_fraction = 1;
   unsigned stage_threads = 128;
   std::vector<std::string> scenarios = {"ideal", "direct", "lru", "copy", "epochfs"};
+  std::string json;  // also write the results here
 };
 
 // A trainer over emulated shared storage, every strategy side by side (tools/cmd_bench.cc).

@@ -205,6 +205,7 @@ int run(int argc, char** argv) {
   bench_cmd->add_option("--cache-fraction", bench.cache_fraction, "Cache size / dataset size")
       ->check(CLI::Range(0.01, 1.0));
   bench_cmd->add_option("--stage-threads", bench.stage_threads)->check(CLI::Range(1, 1024));
+  bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--scenarios", bench.scenarios, "ideal,direct,lru,copy,epochfs")
       ->delimiter(',')
       ->check(CLI::IsMember({"ideal", "direct", "lru", "copy", "epochfs"}));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one entry point on a fresh Debian 12 machine: install what is missing, build, run.
-#   tools/dev/run.sh demo [demo args]  build Release and run the demo
+#   tools/dev/run.sh demo [bench args] build Release and run a small `epochfs bench`
 #   tools/dev/run.sh test              check formatting and layering, then build and run the
 #                                      whole test suite twice: Release with -Werror (preset ci)
 #                                      and ASan+UBSan (preset asan), fuzzing the shuffle-file
@@ -49,7 +49,11 @@ case "${1:-}" in
   demo)
     install_missing
     build release
-    ./build/release/tools/epochfs demo "${@:2}"
+    if (($# > 1)); then
+      ./build/release/tools/epochfs bench "${@:2}"
+    else
+      ./build/release/tools/epochfs bench --files 2000 --epochs 2 --latency-ms 5 --compute-ms 20
+    fi
     ;;
   test)
     install_missing
