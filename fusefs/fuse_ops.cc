@@ -264,6 +264,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // and the reader can be answered from the source instead. (Handing the copy's fd to
 // fuse_reply_data would let libfuse reply the error to the reader itself.)
 struct CopyPipe {
+  static constexpr size_t kPage = 4096;
+
   int r = -1;
   int w = -1;
   size_t capacity = 0;
@@ -279,27 +281,34 @@ struct CopyPipe {
     capacity = 0;
   }
 
-  // Ready for `size` bytes; false if no pipe that large can be had.
-  bool ready(size_t size) {
+  // Ready for len bytes at off; false if this pipe cannot hold them. A pipe holds one page per
+  // slot, and a read not aligned to a page touches one page more than its length says.
+  bool ready(off_t off, size_t len) {
     if (r < 0) {
       int fds[2];
-      if (pipe2(fds, O_CLOEXEC) != 0) {
+      if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         return false;
       }
       r = fds[0];
       w = fds[1];
+      // Beyond the per-user pipe limit the kernel refuses to grow it: keep the default size,
+      // which still takes the small reads.
       const int got = fcntl(w, F_SETPIPE_SZ, 1 << 20);
-      capacity = got > 0 ? static_cast<size_t>(got) : 0;
+      const int size = got > 0 ? got : fcntl(w, F_GETPIPE_SZ);
+      capacity = size > 0 ? static_cast<size_t>(size) : 0;
     }
-    return capacity >= size;
+    const size_t skew = static_cast<size_t>(off) % kPage;
+    return (skew + len + kPage - 1) / kPage * kPage <= capacity;
   }
 
-  // Moves up to len bytes of fd at off into the pipe; the count, or -errno.
+  // Moves up to len bytes of fd at off into the pipe; the count, or -errno. Never blocks: a
+  // full pipe (EAGAIN) is an error of the pipe, not of the copy.
   ssize_t fill(int fd, off_t off, size_t len) {
     size_t total = 0;
     while (total < len) {
       loff_t pos = off + static_cast<off_t>(total);
-      const ssize_t n = splice(fd, &pos, w, nullptr, len - total, SPLICE_F_MOVE);
+      const ssize_t n =
+          splice(fd, &pos, w, nullptr, len - total, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n < 0 && errno == EINTR) {
         continue;
       }
@@ -335,13 +344,13 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
     fuse_reply_buf(req, nullptr, 0);
     return CopyRead::kSent;
   }
-  if (!pipe.ready(expected)) {
+  if (!pipe.ready(off, expected)) {
     return CopyRead::kNoPipe;
   }
   const ssize_t n = pipe.fill(file.read_fd.load(std::memory_order_acquire), off, expected);
   if (n != static_cast<ssize_t>(expected)) {
     pipe.reset();  // drop whatever part was spliced
-    return CopyRead::kFailed;
+    return n == -EAGAIN ? CopyRead::kNoPipe : CopyRead::kFailed;
   }
   fuse_bufvec buf = FUSE_BUFVEC_INIT(expected);
   buf.buf[0].flags = FUSE_BUF_IS_FD;

@@ -132,6 +132,21 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
   const int stream_index = stream ? static_cast<int>(*stream) : -1;
   OpenOutcome outcome;
   bool own_flight = false;  // this open makes the file's one copy
+
+  // Ends a flight this open owns on every way out (an exception too), unless a copy job took
+  // it over: a flight left behind would make every later open of the file wait in vain.
+  struct FlightGuard {
+    Engine* engine;
+    FileId id;
+    bool* owned;
+
+    ~FlightGuard() {
+      if (*owned) {
+        engine->end_flight(id);
+      }
+    }
+  } guard{this, id, &own_flight};
+
   auto version = current_version(id, rel_path);
   if (version.is_ok()) {
     auto fd = cache_->open_copy(id, version.value());
@@ -145,10 +160,6 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
       // Asked again: the copy waited for, or one whose flight ended between the first look and
       // the claim, may be ready now.
       fd = cache_->open_copy(id, version.value());
-      if (fd && own_flight) {
-        end_flight(id);
-        own_flight = false;
-      }
     }
     if (fd) {
       hits_.fetch_add(1, kRelaxed);
@@ -166,11 +177,9 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
   if (file.is_ok()) {
     file.value().stream = stream_index;
     count_open(file.value(), outcome);
-    if (own_flight) {
-      stage_in_background(file.value(), rel_path);
+    if (own_flight && stage_in_background(file.value(), rel_path)) {
+      own_flight = false;  // the copy job ends the flight
     }
-  } else if (own_flight) {
-    end_flight(id);
   }
   return file;
 }
@@ -291,14 +300,13 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   planner_->copy_finished(now_ns() - start, size);
 }
 
-void Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {
+bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {
   // The copy reads through its own descriptor of the same open file: positioned reads do not
   // disturb the reader, and no second open reaches the source. The caller holds the flight.
   UniqueFd dup(::fcntl(file.fd.get(), F_DUPFD_CLOEXEC, 0));
   if (!dup.valid()) {
-    end_flight(file.id);
     copies_dropped_.fetch_add(1, kRelaxed);
-    return;
+    return false;
   }
   auto job = [this, id = file.id, path = rel_path, version = file.version,
               fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
@@ -308,9 +316,10 @@ void Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
     end_flight(id);
   };
   if (!stager_->try_submit(std::move(job))) {
-    end_flight(file.id);
     copies_dropped_.fetch_add(1, kRelaxed);
+    return false;
   }
+  return true;
 }
 
 void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,

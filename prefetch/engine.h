@@ -140,9 +140,9 @@ class Engine final : public PrefetchSink {
   cachestore::Result<cachestore::FileVersion> current_version(FileId id,
                                                               const std::string& rel_path);
   cachestore::Result<OpenFile> open_source(FileId id, const std::string& rel_path);
-  // Copies file into the cache on the stager; REQUIRES: the caller began file.id's flight
-  // (ended here).
-  void stage_in_background(const OpenFile& file, const std::string& rel_path);
+  // Copies file into the cache on the stager. REQUIRES: the caller owns file.id's flight.
+  // True if the copy job took the flight over (it ends it); false if the caller still owns it.
+  bool stage_in_background(const OpenFile& file, const std::string& rel_path);
   void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
              const cachestore::FileVersion& version);
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <new>
 
 #include "cachestore/log.h"
 
@@ -76,34 +77,43 @@ void Planner::run() {
       }
       dirty_ = false;
     }
-    // One pass: hand the sink up to its free slots, taking one file per stream in turn.
-    unsigned budget = sink_->prefetch_slots();
-    while (budget > 0) {
-      std::vector<std::pair<FileId, size_t>> picks;
-      {
-        MutexLock lock(mu_);
-        for (bool found = true; found && picks.size() < budget;) {
-          found = false;
-          for (size_t s = 0; s < schedule_.stream_count() && picks.size() < budget; ++s) {
-            const uint64_t window = window_for(s);
-            if (window == 0) {
-              continue;
-            }
-            if (auto id = schedule_.next_to_stage(s, window)) {
-              picks.emplace_back(*id, s);
-              found = true;
-            }
+    try {
+      plan_pass();
+    } catch (const std::bad_alloc&) {
+      // Out of memory: skip this pass; the reads themselves never depend on prefetch.
+      cachestore::log(LogLevel::kError, "planner: out of memory; prefetch paused for a pass");
+    }
+  }
+}
+
+void Planner::plan_pass() {
+  // One pass: hand the sink up to its free slots, taking one file per stream in turn.
+  unsigned budget = sink_->prefetch_slots();
+  while (budget > 0) {
+    std::vector<std::pair<FileId, size_t>> picks;
+    {
+      MutexLock lock(mu_);
+      for (bool found = true; found && picks.size() < budget;) {
+        found = false;
+        for (size_t s = 0; s < schedule_.stream_count() && picks.size() < budget; ++s) {
+          const uint64_t window = window_for(s);
+          if (window == 0) {
+            continue;
+          }
+          if (auto id = schedule_.next_to_stage(s, window)) {
+            picks.emplace_back(*id, s);
+            found = true;
           }
         }
       }
-      if (picks.empty()) {
-        break;
-      }
-      for (const auto& [id, stream] : picks) {
-        if (sink_->prefetch(id, stream)) {
-          --budget;
-          count_copy_started(stream);
-        }
+    }
+    if (picks.empty()) {
+      break;
+    }
+    for (const auto& [id, stream] : picks) {
+      if (sink_->prefetch(id, stream)) {
+        --budget;
+        count_copy_started(stream);
       }
     }
   }
@@ -111,7 +121,9 @@ void Planner::run() {
 
 uint64_t Planner::window_for(size_t stream) const {
   const uint64_t threads = options_.stage_threads;
-  const double mean_bytes = copies_measured_ > 0 ? mean_file_bytes_ : kInitialFileBytes;
+  // Empty files measured so far must not make the mean 0 (a division below).
+  const double mean_bytes =
+      copies_measured_ > 0 ? std::max(1.0, mean_file_bytes_) : kInitialFileBytes;
   uint64_t files = 0;
   switch (options_.lookahead.kind) {
     case Lookahead::Kind::kFiles:
@@ -339,7 +351,9 @@ PlannerStats Planner::stats() const {
   MutexLock lock(mu_);
   PlannerStats out;
   out.streams = streams_;
-  const double mean_bytes = copies_measured_ > 0 ? mean_file_bytes_ : kInitialFileBytes;
+  // Empty files measured so far must not make the mean 0 (a division below).
+  const double mean_bytes =
+      copies_measured_ > 0 ? std::max(1.0, mean_file_bytes_) : kInitialFileBytes;
   for (size_t s = 0; s < out.streams.size(); ++s) {
     StreamStats& st = out.streams[s];
     st.view = schedule_.view(s);

@@ -155,6 +155,7 @@ class Planner final : public cachestore::NextUseOracle {
   };
 
   void run();
+  void plan_pass();
   uint64_t window_for(size_t stream) const REQUIRES(mu_);
   void note_rejects(size_t stream, const RejectReport& rejects) REQUIRES(mu_);
   void finish_epoch(size_t stream, int64_t now) REQUIRES(mu_);

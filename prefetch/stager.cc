@@ -40,10 +40,14 @@ bool Stager::try_submit(std::function<void()> job, Priority priority) {
     pending_.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
-  {
+  try {
     cachestore::MutexLock lock(mu_);
     (priority == Priority::kDemand ? demand_ : prefetch_).push_back(std::move(job));
+  } catch (...) {
+    pending_.fetch_sub(1, std::memory_order_relaxed);  // out of memory: not queued
+    throw;
   }
+  // Should posting fail, the queued job runs with the next job's runner.
   boost::asio::post(pool_, [this] { run_one(); });
   return true;
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -218,6 +219,32 @@ TEST_CASE("a cached copy that fails in the middle of a read is replaced by the s
   tools::fill_content(0, 1, 0, want.data(), want.size());
   CHECK(got == want);
   CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
+}
+
+TEST_CASE("direct reads of a cached copy at unaligned offsets get the right bytes",
+          "[mount][cache]") {
+  constexpr uint64_t kSize = 4 << 20;
+  TempDir dir;
+  write_files(dir / "src", 1, kSize);
+  Mount mount(dir / "src", dir / "mnt");
+  check_same(mount / "f0", dir / "src/f0");
+  wait_for_staging(mount);
+  std::string want(kSize, '\0');
+  tools::fill_content(0, 1, 0, want.data(), want.size());
+  const int fd = ::open((mount / "f0").c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  // 1 MiB from offset 512: as many bytes as the copy pipe holds, over one page more.
+  void* raw = nullptr;
+  REQUIRE(posix_memalign(&raw, 4096, 1 << 20) == 0);
+  std::unique_ptr<char, decltype(&free)> buf(static_cast<char*>(raw), &free);
+  for (const off_t off : {off_t{512}, off_t{4096 + 512}, off_t{(3 << 20) + 512}}) {
+    INFO("offset " << off);
+    const ssize_t n = ::pread(fd, buf.get(), 1 << 20, off);
+    REQUIRE(n > 0);
+    CHECK(std::string(buf.get(), static_cast<size_t>(n)) ==
+          want.substr(static_cast<size_t>(off), static_cast<size_t>(n)));
+  }
+  ::close(fd);
 }
 
 namespace {
