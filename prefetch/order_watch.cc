@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -89,7 +90,8 @@ void OrderWatch::run() {
     while ((n = ::read(inotify_.get(), buf, sizeof(buf))) > 0) {
       for (char* p = buf; p < buf + n;) {
         const auto* event = reinterpret_cast<const inotify_event*>(p);
-        changed |= event->len > 0 && name_ == event->name;
+        // A lost event (queue overflow) may have been ours: look at the file again.
+        changed |= (event->mask & IN_Q_OVERFLOW) != 0 || (event->len > 0 && name_ == event->name);
         p += sizeof(inotify_event) + event->len;
       }
     }
@@ -104,6 +106,16 @@ void OrderWatch::publish_file() {
   if (!fd.valid()) {
     cachestore::log(LogLevel::kWarning, "--shuffle-file %s: %s", path_.c_str(), strerror(errno));
     return;
+  }
+  // The version read at start can also arrive as an event (written while the mount started):
+  // publishing it twice would queue its epoch twice, or restart the current one.
+  struct stat st;
+  if (::fstat(fd.get(), &st) == 0) {
+    const auto version = cachestore::FileVersion::of(st);
+    if (version == last_version_) {
+      return;
+    }
+    last_version_ = version;
   }
   auto upload = new_upload_();
   char buf[1 << 16];

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "cachestore/file_version.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 #include "prefetch/order_upload.h"
@@ -45,6 +46,7 @@ class OrderWatch {
   NewUpload new_upload_;
   cachestore::UniqueFd inotify_;
   cachestore::UniqueFd wake_;
+  cachestore::FileVersion last_version_;  // of the version published last (thread_ only)
   std::thread thread_;
 };
 
