@@ -14,6 +14,7 @@
 
 #include "cachestore/index_file.h"
 #include "cachestore/log.h"
+#include "cachestore/root_dir.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -23,12 +24,6 @@ namespace {
 // errors (a sick disk should not be hammered).
 constexpr int64_t kNoSpaceBackoffNs = 2'000'000'000;
 constexpr int64_t kIoErrorBackoffNs = 30'000'000'000;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool is_no_space(int err) { return err == ENOSPC || err == EDQUOT; }
 
@@ -597,21 +592,6 @@ Result<uint64_t> hash_chunks(int fd, uint64_t size,
   return hash;
 }
 
-Status write_all(int fd, const char* data, size_t len) {
-  while (len > 0) {
-    const ssize_t w = ::write(fd, data, len);
-    if (w < 0 && errno == EINTR) {
-      continue;
-    }
-    if (w < 0) {
-      return Status::error(errno, "write cache copy");
-    }
-    data += w;
-    len -= static_cast<size_t>(w);
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
 Result<uint64_t> hash_fd(int fd, uint64_t size) {
@@ -621,7 +601,7 @@ Result<uint64_t> hash_fd(int fd, uint64_t size) {
 Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault) {
   *cache_fault = false;
   return hash_chunks(source_fd, staging.size(), [&](const char* data, size_t len) {
-    Status written = write_all(staging.fd(), data, len);
+    Status written = write_all(staging.fd(), std::string_view(data, len), "cache copy");
     *cache_fault = !written.is_ok();
     return written;
   });

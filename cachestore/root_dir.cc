@@ -129,4 +129,18 @@ Result<size_t> RootDir::listxattr_at(const std::string& rel, char* buf, size_t s
   return static_cast<size_t>(n);
 }
 
+Status write_all(int fd, std::string_view data, const std::string& context) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return Status::error(errno, "write " + context);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::ok();
+}
+
 }  // namespace epochfs::cachestore

@@ -17,6 +17,7 @@
 #include <sys/statvfs.h>
 
 #include <string>
+#include <string_view>
 
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
@@ -66,5 +67,9 @@ class RootDir {
 
 // fstat(2) wrapped.
 Result<struct stat> fstat_fd(int fd, const std::string& context);
+
+// write(2) until all of data is written (retrying short writes and EINTR); the error names
+// context.
+Status write_all(int fd, std::string_view data, const std::string& context);
 
 }  // namespace epochfs::cachestore

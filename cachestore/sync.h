@@ -5,7 +5,9 @@
 // away. Modelled on leveldb port/thread_annotations.h and mountpoint-s3 src/sync.rs.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 #if defined(__clang__)
@@ -27,6 +29,13 @@
 #define NO_THREAD_SAFETY_ANALYSIS EPOCHFS_THREAD_ANNOTATION(no_thread_safety_analysis)
 
 namespace epochfs::cachestore {
+
+// The monotonic clock, in nanoseconds, that every timeout and age in epochfs is measured on.
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class CAPABILITY("mutex") Mutex {
  public:

@@ -11,6 +11,7 @@
 namespace epochfs::prefetch {
 
 using cachestore::FileVersion;
+using cachestore::now_ns;
 using cachestore::Result;
 using cachestore::Status;
 using cachestore::UniqueFd;
@@ -23,12 +24,6 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 bool names_no_file(int err) {
   return err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV || err == EISDIR ||
          err == EINVAL || err == ENAMETOOLONG;
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace

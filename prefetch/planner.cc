@@ -11,6 +11,7 @@ namespace epochfs::prefetch {
 
 using cachestore::LogLevel;
 using cachestore::MutexLock;
+using cachestore::now_ns;
 
 namespace {
 
@@ -22,12 +23,6 @@ constexpr double kInitialCopyLatencyS = 0.005;
 constexpr double kInitialFileBytes = 128 * 1024;
 // Log lines for entries found unusable while staging, per mount; the rest are only counted.
 constexpr uint64_t kRejectLogLines = 5;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 void add_record(EpochRecord& to, const EpochRecord& from) {
   to.opens += from.opens;

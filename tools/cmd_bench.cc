@@ -13,6 +13,7 @@
 // The page cache is dropped before every epoch, so every epoch reads from its filesystem.
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,8 @@
 #include <optional>
 #include <thread>
 
+#include "cachestore/root_dir.h"
+#include "cachestore/unique_fd.h"
 #include "tools/commands.h"
 #include "tools/dataset.h"
 #include "tools/process.h"
@@ -37,35 +40,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr auto kMountTimeout = std::chrono::seconds(30);
-
-// A daemon serving a mount, stopped (unmounted) when this goes out of scope.
-class Daemon {
- public:
-  Daemon(std::vector<std::string> argv, std::string mountpoint, const std::string& fstype)
-      : mountpoint_(std::move(mountpoint)) {
-    fs::create_directories(mountpoint_);
-    pid_ = spawn(argv);
-    if (pid_ > 0 && !wait_for_mount(mountpoint_, fstype, pid_, kMountTimeout)) {
-      stop_mount(mountpoint_, pid_, kMountTimeout);
-      pid_ = -1;
-    }
-  }
-
-  ~Daemon() {
-    if (pid_ > 0) {
-      stop_mount(mountpoint_, pid_, kMountTimeout);
-    }
-  }
-
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-
-  bool up() const { return pid_ > 0; }
-
- private:
-  std::string mountpoint_;
-  pid_t pid_ = -1;
-};
 
 struct Row {
   std::string scenario;
@@ -81,6 +55,8 @@ std::string sibling_binary(const std::string& name) {
   return fs::path(self_exe()).parent_path() / name;
 }
 
+// Publishes one epoch's order into the mount's control directory; false (with a message) if
+// the daemon refused it.
 bool publish_order(const std::string& mnt, const std::vector<std::string>& paths,
                    const std::vector<uint32_t>& order, size_t epoch) {
   std::string text =
@@ -89,20 +65,13 @@ bool publish_order(const std::string& mnt, const std::vector<std::string>& paths
     text += paths[i] + "\n";
   }
   const std::string path = mnt + "/.epochfs/order-" + std::to_string(epoch);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return false;
+  cachestore::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  const bool ok = fd.valid() && cachestore::write_all(fd.get(), text, path).is_ok() &&
+                  ::close(fd.release()) == 0;
+  if (!ok) {
+    fprintf(stderr, "epochfs bench: publishing epoch %zu: %s\n", epoch, strerror(errno));
   }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return ::close(fd) == 0;
+  return ok;
 }
 
 // Copies root/paths to dest with `threads` threads (a parallel rsync); seconds taken.
@@ -176,7 +145,7 @@ class Bench {
     if (scenario == "lru") {
       argv.insert(argv.end(), {"--lookahead", "0"});
     }
-    Daemon daemon(argv, mnt, "fuse.epochfs");
+    MountedDaemon daemon(argv, mnt, "fuse.epochfs", kMountTimeout);
     if (!daemon.up()) {
       fprintf(stderr, "epochfs bench: the %s mount did not come up\n", scenario.c_str());
       return;
@@ -264,10 +233,11 @@ class Bench {
 // work directory is removed).
 std::vector<Row> run_scenarios(const BenchOptions& o, const std::string& dir,
                                std::vector<std::string> paths, uint64_t bytes) {
-  Daemon storage({sibling_binary("epochfs-slowfs"), dir + "/data", dir + "/shared", "--latency-ms",
-                  std::to_string(o.latency_ms), "--bandwidth-mbs", std::to_string(o.bandwidth_mbs),
-                  "--max-inflight", std::to_string(o.max_inflight)},
-                 dir + "/shared", "fuse.slowfs");
+  MountedDaemon storage(
+      {sibling_binary("epochfs-slowfs"), dir + "/data", dir + "/shared", "--latency-ms",
+       std::to_string(o.latency_ms), "--bandwidth-mbs", std::to_string(o.bandwidth_mbs),
+       "--max-inflight", std::to_string(o.max_inflight)},
+      dir + "/shared", "fuse.slowfs", kMountTimeout);
   if (!storage.up()) {
     fprintf(stderr, "epochfs bench: the emulated shared storage did not come up\n");
     return {};

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "cachestore/root_dir.h"
 #include "cachestore/unique_fd.h"
 #include "tools/commands.h"
 #include "tools/mount_table.h"
@@ -15,21 +16,6 @@
 
 namespace epochfs::tools {
 namespace {
-
-bool write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 // The header lines that carry the command line's overrides. The parser takes the first of
 // each directive, so these win over the file's own.
@@ -62,14 +48,16 @@ int cmd_publish(const PublishOptions& o) {
             mountpoint.c_str(), target.c_str(), strerror(errno));
     return 1;
   }
-  bool ok = write_all(out.get(), override_header(o));
+  bool ok = cachestore::write_all(out.get(), override_header(o), target).is_ok();
   char buf[1 << 16];
   ssize_t n;
   while (ok && (n = ::read(in.get(), buf, sizeof(buf))) != 0) {
     if (n < 0 && errno == EINTR) {
       continue;
     }
-    ok = n > 0 && write_all(out.get(), std::string(buf, static_cast<size_t>(n)));
+    ok = n > 0 &&
+         cachestore::write_all(out.get(), std::string_view(buf, static_cast<size_t>(n)), target)
+             .is_ok();
   }
   // The close publishes; it fails when the daemon refused the order.
   const int closed = ::close(out.release());

@@ -14,6 +14,7 @@
 
 #include <xxhash.h>
 
+#include "cachestore/root_dir.h"
 #include "cachestore/unique_fd.h"
 
 namespace epochfs::tools {
@@ -40,21 +41,6 @@ void fill_block(uint64_t file_id, uint32_t version, uint64_t block_offset, char*
   snprintf(block, 96, "epochfs file=%llu version=%u offset=%llu\n",
            static_cast<unsigned long long>(file_id), version,
            static_cast<unsigned long long>(block_offset));
-}
-
-Status write_all(int fd, const char* data, size_t len, const std::string& path) {
-  while (len > 0) {
-    const ssize_t n = ::write(fd, data, len);
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      return Status::error(errno, "write " + path);
-    }
-    data += n;
-    len -= static_cast<size_t>(n);
-  }
-  return Status::ok();
 }
 
 std::string spec_text(const DatasetSpec& s) {
@@ -100,7 +86,7 @@ Status write_content_file(const std::string& path, uint64_t file_id, uint32_t ve
   for (uint64_t off = 0; off < size;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
     fill_content(file_id, version, off, buf.data(), n);
-    Status s = write_all(fd.get(), buf.data(), n, path);
+    Status s = cachestore::write_all(fd.get(), std::string_view(buf.data(), n), path);
     if (!s.is_ok()) {
       return s;
     }

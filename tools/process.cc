@@ -105,6 +105,24 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+MountedDaemon::MountedDaemon(const std::vector<std::string>& argv, std::string mountpoint,
+                             const std::string& fstype, std::chrono::milliseconds timeout)
+    : mountpoint_(std::move(mountpoint)), timeout_(timeout) {
+  std::error_code ec;
+  std::filesystem::create_directories(mountpoint_, ec);
+  pid_ = spawn(argv);
+  if (pid_ > 0 && !wait_for_mount(mountpoint_, fstype, pid_, timeout_)) {
+    stop_mount(mountpoint_, pid_, timeout_);
+    pid_ = -1;
+  }
+}
+
+MountedDaemon::~MountedDaemon() {
+  if (pid_ > 0) {
+    stop_mount(mountpoint_, pid_, timeout_);
+  }
+}
+
 std::string make_work_dir(const std::string& requested, const std::string& prefix) {
   std::error_code ec;
   if (!requested.empty()) {

@@ -28,6 +28,25 @@ bool wait_for_mount(const std::string& path, const std::string& fstype, pid_t pi
 std::optional<int> stop_mount(const std::string& path, pid_t pid,
                               std::chrono::milliseconds timeout);
 
+// A daemon serving a mount: started by the constructor (argv, mounting fstype at mountpoint,
+// which is created if missing), unmounted and reaped by the destructor (stop_mount).
+class MountedDaemon {
+ public:
+  MountedDaemon(const std::vector<std::string>& argv, std::string mountpoint,
+                const std::string& fstype, std::chrono::milliseconds timeout);
+  ~MountedDaemon();
+  MountedDaemon(const MountedDaemon&) = delete;
+  MountedDaemon& operator=(const MountedDaemon&) = delete;
+
+  // False if the mount did not come up (the daemon is gone then).
+  bool up() const { return pid_ > 0; }
+
+ private:
+  std::string mountpoint_;
+  std::chrono::milliseconds timeout_;
+  pid_t pid_ = -1;
+};
+
 // Path of the running executable.
 std::string self_exe();
 

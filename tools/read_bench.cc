@@ -10,9 +10,7 @@
 #include "cachestore/unique_fd.h"
 
 namespace epochfs::tools {
-namespace {
 
-// Reads one file whole; returns its size or -1.
 int64_t read_whole(const std::string& path, std::vector<char>& buf) {
   cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
@@ -30,8 +28,6 @@ int64_t read_whole(const std::string& path, std::vector<char>& buf) {
     total += n;
   }
 }
-
-}  // namespace
 
 bool drop_page_cache() {
   ::sync();

@@ -22,6 +22,9 @@ struct ReadFigures {
 // reaches its filesystem: the daemon, for a FUSE mount.
 bool drop_page_cache();
 
+// Reads path whole through buf (any size); its size, or -1.
+int64_t read_whole(const std::string& path, std::vector<char>& buf);
+
 // Reads root/paths[i] for every i, each file whole, spread over `threads` threads.
 ReadFigures read_files(const std::string& root, const std::vector<std::string>& paths,
                        unsigned threads);

@@ -1,8 +1,5 @@
 #include "tools/trainer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "tools/read_bench.h"
+
 namespace epochfs::tools {
 namespace {
 
@@ -19,23 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Reads a whole file; its size, or -1.
-int64_t read_whole(const std::string& path, std::vector<char>& buf) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return -1;
-  }
-  int64_t total = 0;
-  while (true) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n <= 0) {
-      ::close(fd);
-      return n < 0 ? -1 : total;
-    }
-    total += n;
-  }
 }
 
 // Batches read by the loader threads, handed to the training loop in order.

@@ -83,6 +83,10 @@ TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecyc
       {{"mount", dir / "src"}, "mountpoint"},
       {{"mount", dir / "src", dir / "mnt", "--threads", "0"}, "threads"},
       {{"mount", dir / "src", dir / "mnt", "-o", "no_such_option"}, "no_such_option"},
+      {{"mount", dir / "src", dir / "mnt", "--lookahead", "soon"}, "--lookahead soon"},
+      {{"mount", dir / "src", dir / "mnt", "--stage-threads", "0"}, "stage-threads"},
+      {{"mount", dir / "src", dir / "mnt", "--shuffle-file", dir / "no/dir/order.txt"},
+       "its directory does not exist"},
   };
   for (const auto& c : cases) {
     const CommandResult r = run_epochfs(c.args);

@@ -85,21 +85,12 @@ std::optional<int> Mount::wait_exit() {
 
 SlowSource::SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
                        unsigned max_inflight)
-    : mountpoint_(mountpoint) {
-  fs::create_directories(mountpoint_);
-  pid_ = tools::spawn({EPOCHFS_SLOWFS_BINARY, source, mountpoint_, "--latency-ms",
-                       std::to_string(latency_ms), "--max-inflight", std::to_string(max_inflight)});
-  REQUIRE(pid_ > 0);
-  if (!tools::wait_for_mount(mountpoint_, "fuse.slowfs", pid_, kMountTimeout)) {
-    tools::stop_mount(mountpoint_, pid_, kMountTimeout);
-    pid_ = -1;
-    FAIL("the slow source at " << mountpoint_ << " did not come up");
-  }
-}
-
-SlowSource::~SlowSource() {
-  if (pid_ > 0) {
-    tools::stop_mount(mountpoint_, pid_, kMountTimeout);
+    : mountpoint_(mountpoint),
+      daemon_({EPOCHFS_SLOWFS_BINARY, source, mountpoint, "--latency-ms",
+               std::to_string(latency_ms), "--max-inflight", std::to_string(max_inflight)},
+              mountpoint, "fuse.slowfs", kMountTimeout) {
+  if (!daemon_.up()) {
+    FAIL("the slow source at " << mountpoint << " did not come up");
   }
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/process.h"
+
 namespace epochfs::test {
 
 inline constexpr auto kMountTimeout = std::chrono::seconds(20);
@@ -66,7 +68,6 @@ class SlowSource {
  public:
   SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
              unsigned max_inflight = 64);
-  ~SlowSource();
   SlowSource(const SlowSource&) = delete;
   SlowSource& operator=(const SlowSource&) = delete;
 
@@ -77,7 +78,7 @@ class SlowSource {
 
  private:
   std::string mountpoint_;
-  pid_t pid_ = -1;
+  tools::MountedDaemon daemon_;
 };
 
 struct CommandResult {
