@@ -43,15 +43,20 @@ struct BenchOptions {
   size_t epochs = 3;
   uint64_t seed = 1;
   TrainerSpec trainer;
-  // The emulated shared storage (epochfs-slowfs).
-  double latency_ms = 2;
-  double bandwidth_mbs = 0;
-  unsigned max_inflight = 64;
-  // epochfs scenarios.
-  double cache_fraction = 1;
+  // The shared storage: "emulated" (epochfs-slowfs) or "gluster" (tools/gluster/).
+  std::string source = "emulated";
+  // A preset of tools/slowfs/presets.h; the three below override its settings where >= 0.
+  // With gluster, only the bandwidth applies (the link's rate limit).
+  std::string storage = "nfs-10g";
+  double latency_ms = -1;
+  double bandwidth_mbs = -1;
+  int max_inflight = -1;
+  // The cache scenarios (lru, epochfs) run once per cache size, as fractions of the dataset.
+  std::vector<double> cache_fractions = {1, 0.5};
   unsigned stage_threads = 128;
   std::vector<std::string> scenarios = {"ideal", "direct", "lru", "copy", "epochfs"};
   std::string json;  // also write the results here
+  std::string plot;  // and a PNG plot here (needs gnuplot)
 };
 
 // A trainer over emulated shared storage, every strategy side by side (tools/cmd_bench.cc).

@@ -10,6 +10,7 @@
 #include "tools/commands.h"
 #include "tools/mount_table.h"
 #include "tools/size_parse.h"
+#include "tools/slowfs/presets.h"
 
 namespace {
 
@@ -196,16 +197,28 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   bench_cmd->add_option("--compute-ms", bench.trainer.compute_ms, "Emulated GPU time per batch")
       ->check(CLI::Range(0.0, 1e5));
-  bench_cmd->add_option("--latency-ms", bench.latency_ms, "Shared storage: per open and read")
+  bench_cmd->add_option("--source", bench.source, "Shared storage: emulated or gluster")
+      ->check(CLI::IsMember({"emulated", "gluster"}));
+  std::vector<std::string> presets;
+  for (const auto& p : epochfs::slowfs::kStoragePresets) {
+    presets.emplace_back(p.name);
+  }
+  bench_cmd->add_option("--storage", bench.storage, "Emulated storage preset")
+      ->check(CLI::IsMember(presets));
+  bench_cmd->add_option("--latency-ms", bench.latency_ms, "Override: per open and read request")
       ->check(CLI::Range(0.0, 1e4));
-  bench_cmd->add_option("--bandwidth-mbs", bench.bandwidth_mbs, "Shared storage link (0: none)")
+  bench_cmd->add_option("--bandwidth-mbs", bench.bandwidth_mbs, "Override: link MB/s (0: none)")
       ->check(CLI::Range(0.0, 1e6));
-  bench_cmd->add_option("--max-inflight", bench.max_inflight, "Shared storage: requests at once")
-      ->check(CLI::Range(1, 1024));
-  bench_cmd->add_option("--cache-fraction", bench.cache_fraction, "Cache size / dataset size")
+  bench_cmd->add_option("--max-inflight", bench.max_inflight, "Override: requests at once")
+      ->check(CLI::Range(1, 100000));
+  bench_cmd
+      ->add_option("--cache-fraction", bench.cache_fractions,
+                   "Cache sizes for lru and epochfs, as fractions of the dataset (1,0.5)")
+      ->delimiter(',')
       ->check(CLI::Range(0.01, 1.0));
   bench_cmd->add_option("--stage-threads", bench.stage_threads)->check(CLI::Range(1, 1024));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+  bench_cmd->add_option("--plot", bench.plot, "And plot samples/s per epoch to this PNG (gnuplot)");
   bench_cmd->add_option("--scenarios", bench.scenarios, "ideal,direct,lru,copy,epochfs")
       ->delimiter(',')
       ->check(CLI::IsMember({"ideal", "direct", "lru", "copy", "epochfs"}));

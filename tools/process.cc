@@ -119,7 +119,20 @@ MountedDaemon::MountedDaemon(const std::vector<std::string>& argv, std::string m
 
 MountedDaemon::~MountedDaemon() {
   if (pid_ > 0) {
+    resume();
     stop_mount(mountpoint_, pid_, timeout_);
+  }
+}
+
+void MountedDaemon::pause() {
+  if (pid_ > 0) {
+    kill(pid_, SIGSTOP);
+  }
+}
+
+void MountedDaemon::resume() {
+  if (pid_ > 0) {
+    kill(pid_, SIGCONT);
   }
 }
 

@@ -41,6 +41,14 @@ class MountedDaemon {
   // False if the mount did not come up (the daemon is gone then).
   bool up() const { return pid_ > 0; }
 
+  pid_t pid() const { return pid_; }
+
+  // Stops and continues the daemon (SIGSTOP, SIGCONT), for a benchmark that takes turns
+  // between mounts: a paused daemon does no background work. Nothing may touch its mount
+  // while it is paused. The destructor continues it before unmounting.
+  void pause();
+  void resume();
+
  private:
   std::string mountpoint_;
   std::chrono::milliseconds timeout_;

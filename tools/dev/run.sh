@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one entry point on a fresh Debian 12 machine: install what is missing, build, run.
-#   tools/dev/run.sh demo [bench args] build Release and run a small `epochfs bench`
+#   tools/dev/run.sh demo [bench args] build Release and run a small `epochfs bench` (plot in
+#                                      build/demo.png)
 #   tools/dev/run.sh test              check formatting and layering, then build and run the
 #                                      whole test suite twice: Release with -Werror (preset ci)
 #                                      and ASan+UBSan (preset asan), fuzzing the shuffle-file
@@ -10,7 +11,8 @@ cd "$(dirname "$0")/../.."
 
 packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxxhash-dev
           libcli11-dev catch2 clang-format clang-14 libfuzzer-14-dev
-          python3-torch python3-torchvision python3-pytest python3-pil)
+          python3-torch python3-torchvision python3-pytest python3-pil
+          gnuplot-nox glusterfs-server glusterfs-client attr iproute2 procps)
 
 install_missing() {
   local missing=() p
@@ -52,7 +54,8 @@ case "${1:-}" in
     if (($# > 1)); then
       ./build/release/tools/epochfs bench "${@:2}"
     else
-      ./build/release/tools/epochfs bench --files 2000 --epochs 2 --latency-ms 5 --compute-ms 20
+      ./build/release/tools/epochfs bench --files 2000 --epochs 2 --compute-ms 20 \
+        --plot build/demo.png
     fi
     ;;
   test)

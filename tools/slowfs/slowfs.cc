@@ -1,17 +1,22 @@
 // epochfs-slowfs: a read-only FUSE passthrough that behaves like slow shared storage, for tests
-// and benchmarks. Each open and each read request waits --latency-ms before it is answered,
-// reads then pass one shared link of --bandwidth-mbs, and at most --max-inflight requests are
-// served at once (libfuse's worker threads, like an NFS server's threads), so a reader that
-// opens files one by one sees network-like latency while many requests in flight still get
-// through. Waiting threads sleep: the emulation itself costs only the FUSE requests' CPU.
+// and benchmarks. Each open and each read request is answered --latency-ms after the server
+// took it, reads then pass one shared link of --bandwidth-mbs, and at most --max-inflight
+// requests are being served at once (an NFS server's threads); the others queue in arrival
+// order. --preset picks all three for a named kind of storage (tools/slowfs/presets.h).
+//
+// It must cost little CPU (the machines have 2 cores and the trainer, epochfs and the
+// storage share them), so nothing sleeps per request: one thread takes requests from the
+// kernel and answers metadata at once; opens and reads go into a delay queue, and one reply
+// thread answers each when it is due, splicing read data from the file. A read's pages are
+// asked for (POSIX_FADV_WILLNEED) when it is taken, so the local disk works during the wait.
 //
 // It counts opens per file: getxattr("user.slowfs.opens") on a file gives how many times it
 // was opened (on the root: over all files), which lets tests prove that a file was read from
-// the source once.
+// the source once. Attributes carry the source's inode numbers: a cache above (epochfs)
+// treats a changed inode number as a changed file.
 //
-// A test fixture, not part of the product: it uses libfuse's high-level API directly, which
-// is why it is the one file outside fusefs/fuse_ops.h allowed to include libfuse
-// (tools/dev/check.sh).
+// A test fixture, not part of the product: it uses libfuse directly, which is why it is the
+// one file outside fusefs/fuse_ops.h allowed to include libfuse (tools/dev/check.sh).
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)
 
 #include <dirent.h>
@@ -24,157 +29,369 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include <CLI/CLI.hpp>
-#include <fuse3/fuse.h>
+#include <fuse3/fuse_lowlevel.h>
+
+#include "tools/slowfs/presets.h"
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr char kOpensXattr[] = "user.slowfs.opens";
+// Metadata does not change under a benchmark; the kernel may keep it this long.
+constexpr double kAttrTimeout = 1.0;
+
+// Nodes are never forgotten: a fixture serves at most a few hundred thousand paths.
+class Nodes {
+ public:
+  Nodes() { paths_.push_back("."); }  // FUSE_ROOT_ID is 1: index 0 unused
+
+  fuse_ino_t lookup(fuse_ino_t parent, const char* name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string path = parent == FUSE_ROOT_ID ? name : paths_[parent - 1] + "/" + name;
+    auto [it, added] = ids_.try_emplace(path, paths_.size() + 1);
+    if (added) {
+      paths_.push_back(std::move(path));
+    }
+    return it->second;
+  }
+
+  std::string path(fuse_ino_t ino) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ino >= 1 && ino <= paths_.size() ? paths_[ino - 1] : std::string();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> paths_;  // by ino - 1
+  std::unordered_map<std::string, fuse_ino_t> ids_;
+};
+
+// An open or a read waiting for its reply.
+struct Pending {
+  fuse_req_t req;
+  int fd;        // the open file
+  bool is_read;  // else an open: reply with fd as the handle
+  size_t size;   // read: bytes asked
+  off_t offset;  // read
+  size_t bytes;  // read: bytes it will return (for the link)
+  Clock::time_point due;
+};
+
+struct LaterFirst {
+  bool operator()(const Pending& a, const Pending& b) const { return a.due > b.due; }
+};
+
+// The server: requests admitted up to max_inflight, each answered when due.
+class DelayQueue {
+ public:
+  DelayQueue(Clock::duration latency, double bytes_per_s, unsigned max_inflight)
+      : latency_(latency), bytes_per_s_(bytes_per_s), max_inflight_(max_inflight) {}
+
+  // One reply thread: a read's pages were asked for when it was admitted, so its splice
+  // seldom waits for the disk (measured: a second thread cost more CPU than it saved).
+  void start() {
+    thread_ = std::thread([this] { reply_loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+  void submit(Pending p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (inflight_ < max_inflight_) {
+      admit(std::move(p));
+    } else {
+      waiting_.push_back(p);
+    }
+  }
+
+ private:
+  // With mu_ held: the request occupies a server slot from now until its reply.
+  void admit(Pending p) {
+    ++inflight_;
+    const Clock::time_point now = Clock::now();
+    p.due = now + latency_;
+    if (p.is_read && bytes_per_s_ > 0 && p.bytes > 0) {
+      // Its bytes pass the one link after those of the reads admitted before it.
+      const auto transfer = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(static_cast<double>(p.bytes) / bytes_per_s_));
+      p.due = std::max(p.due, link_free_at_) + transfer;
+      link_free_at_ = p.due;
+    }
+    if (p.is_read) {
+      posix_fadvise(p.fd, p.offset, static_cast<off_t>(p.size), POSIX_FADV_WILLNEED);
+    }
+    const bool earliest = due_.empty() || p.due < due_.top().due;
+    due_.push(p);
+    if (earliest) {
+      cv_.notify_one();
+    }
+  }
+
+  void reply_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      if (due_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (Clock::now() < due_.top().due) {
+        cv_.wait_until(lock, due_.top().due);
+        continue;
+      }
+      const Pending p = due_.top();
+      due_.pop();
+      lock.unlock();
+      reply(p);
+      lock.lock();
+      --inflight_;
+      if (!waiting_.empty()) {
+        admit(waiting_.front());
+        waiting_.pop_front();
+      }
+    }
+  }
+
+  static void reply(const Pending& p) {
+    if (!p.is_read) {
+      fuse_file_info fi{};
+      fi.fh = static_cast<uint64_t>(p.fd);
+      fuse_reply_open(p.req, &fi);
+      return;
+    }
+    fuse_bufvec buf = FUSE_BUFVEC_INIT(p.size);
+    buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    buf.buf[0].fd = p.fd;
+    buf.buf[0].pos = p.offset;
+    fuse_reply_data(p.req, &buf, FUSE_BUF_SPLICE_MOVE);
+  }
+
+  const Clock::duration latency_;
+  const double bytes_per_s_;
+  const unsigned max_inflight_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::priority_queue<Pending, std::vector<Pending>, LaterFirst> due_;
+  std::deque<Pending> waiting_;
+  unsigned inflight_ = 0;
+  Clock::time_point link_free_at_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
 
 struct State {
   int root_fd = -1;
-  std::chrono::microseconds latency{0};
-  // One shared link: a read's bytes pass after those of the reads before it (0: no limit).
-  double bytes_per_s = 0;
-  std::chrono::steady_clock::time_point link_free_at;
+  Nodes nodes;
+  std::unique_ptr<DelayQueue> server;
   std::mutex mu;
-  std::unordered_map<std::string, uint64_t> opens;
+  std::unordered_map<fuse_ino_t, uint64_t> opens;
   uint64_t total_opens = 0;
 };
 
-State& state() { return *static_cast<State*>(fuse_get_context()->private_data); }
+State& state(fuse_req_t req) { return *static_cast<State*>(fuse_req_userdata(req)); }
 
-// The path relative to the source root, for the *at() calls.
-const char* rel(const char* path) { return path[1] == '\0' ? "." : path + 1; }
+bool stat_path(State& s, const std::string& path, struct stat* st) {
+  return fstatat(s.root_fd, path.c_str(), st, AT_SYMLINK_NOFOLLOW) == 0;
+}
 
-void wait_latency() { std::this_thread::sleep_for(state().latency); }
-
-// Waits until `bytes` have passed the shared link, behind the bytes of earlier reads.
-void wait_link(size_t bytes) {
-  State& s = state();
-  if (s.bytes_per_s <= 0 || bytes == 0) {
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  State& s = state(req);
+  fuse_entry_param e{};
+  const fuse_ino_t ino = s.nodes.lookup(parent, name);
+  if (!stat_path(s, s.nodes.path(ino), &e.attr)) {
+    fuse_reply_err(req, errno);
     return;
   }
-  const auto transfer = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(static_cast<double>(bytes) / s.bytes_per_s));
-  std::chrono::steady_clock::time_point done;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    done = std::max(std::chrono::steady_clock::now(), s.link_free_at) + transfer;
-    s.link_free_at = done;
+  e.ino = ino;
+  e.attr_timeout = kAttrTimeout;
+  e.entry_timeout = kAttrTimeout;
+  fuse_reply_entry(req, &e);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  State& s = state(req);
+
+  struct stat st {};
+
+  if (!stat_path(s, s.nodes.path(ino), &st)) {
+    fuse_reply_err(req, errno);
+    return;
   }
-  std::this_thread::sleep_until(done);
+  fuse_reply_attr(req, &st, kAttrTimeout);
 }
 
-int op_getattr(const char* path, struct stat* st, fuse_file_info* /*fi*/) {
-  return fstatat(state().root_fd, rel(path), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
-}
-
-int op_readlink(const char* path, char* buf, size_t size) {
-  const ssize_t n = readlinkat(state().root_fd, rel(path), buf, size - 1);
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  State& s = state(req);
+  char buf[PATH_MAX + 1];
+  const ssize_t n = readlinkat(s.root_fd, s.nodes.path(ino).c_str(), buf, sizeof(buf) - 1);
   if (n < 0) {
-    return -errno;
+    fuse_reply_err(req, errno);
+    return;
   }
   buf[n] = '\0';
-  return 0;
+  fuse_reply_readlink(req, buf);
 }
 
-int op_readdir(const char* path, void* buf, fuse_fill_dir_t fill, off_t /*offset*/,
-               fuse_file_info* /*fi*/, fuse_readdir_flags /*flags*/) {
-  const int fd = openat(state().root_fd, rel(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+// A directory's entries are read whole at opendir and kept with the handle.
+struct DirListing {
+  std::vector<std::pair<std::string, struct stat>> entries;
+};
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  State& s = state(req);
+  const int fd = openat(s.root_fd, s.nodes.path(ino).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    return -errno;
+    fuse_reply_err(req, errno);
+    return;
   }
   DIR* dir = fdopendir(fd);
   if (dir == nullptr) {
     close(fd);
-    return -ENOMEM;
+    fuse_reply_err(req, ENOMEM);
+    return;
   }
-  while (dirent* e = readdir(dir)) {
-    if (fill(buf, e->d_name, nullptr, 0, static_cast<fuse_fill_dir_flags>(0)) != 0) {
-      break;
-    }
+  auto listing = std::make_unique<DirListing>();
+  while (dirent* d = readdir(dir)) {
+    struct stat st {};
+
+    st.st_ino = d->d_ino;
+    st.st_mode = static_cast<mode_t>(DTTOIF(d->d_type));
+    listing->entries.emplace_back(d->d_name, st);
   }
   closedir(dir);
-  return 0;
+  fi->fh = reinterpret_cast<uint64_t>(listing.release());
+  fuse_reply_open(req, fi);
 }
 
-int op_open(const char* path, fuse_file_info* fi) {
-  wait_latency();
-  const int fd = openat(state().root_fd, rel(path), O_RDONLY | O_CLOEXEC);
+void op_readdir(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset, fuse_file_info* fi) {
+  const auto* listing = reinterpret_cast<DirListing*>(fi->fh);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  for (size_t i = static_cast<size_t>(offset); i < listing->entries.size(); ++i) {
+    const auto& [name, st] = listing->entries[i];
+    const size_t n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
+                                       static_cast<off_t>(i + 1));
+    if (n > size - used) {
+      break;
+    }
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  delete reinterpret_cast<DirListing*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  State& s = state(req);
+  const int fd = openat(s.root_fd, s.nodes.path(ino).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return -errno;
+    fuse_reply_err(req, errno);
+    return;
   }
-  fi->fh = static_cast<uint64_t>(fd);
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  ++s.opens[path];
-  ++s.total_opens;
-  return 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.opens[ino];
+    ++s.total_opens;
+  }
+  s.server->submit({req, fd, false, 0, 0, 0, {}});
 }
 
-int op_read(const char* /*path*/, char* buf, size_t size, off_t offset, fuse_file_info* fi) {
-  wait_latency();
-  const ssize_t n = pread(static_cast<int>(fi->fh), buf, size, offset);
-  if (n < 0) {
-    return -errno;
+void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset, fuse_file_info* fi) {
+  const int fd = static_cast<int>(fi->fh);
+
+  struct stat st {};
+
+  if (fstat(fd, &st) != 0) {
+    fuse_reply_err(req, errno);
+    return;
   }
-  wait_link(static_cast<size_t>(n));
-  return static_cast<int>(n);
+  const size_t bytes =
+      offset >= st.st_size ? 0 : std::min(size, static_cast<size_t>(st.st_size - offset));
+  state(req).server->submit({req, fd, true, size, offset, bytes, {}});
 }
 
-int op_release(const char* /*path*/, fuse_file_info* fi) {
+void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   close(static_cast<int>(fi->fh));
-  return 0;
+  fuse_reply_err(req, 0);
 }
 
-int op_statfs(const char* /*path*/, struct statvfs* st) {
-  return fstatvfs(state().root_fd, st) == 0 ? 0 : -errno;
-}
+void op_statfs(fuse_req_t req, fuse_ino_t /*ino*/) {
+  struct statvfs st {};
 
-int op_getxattr(const char* path, const char* name, char* value, size_t size) {
-  if (strcmp(name, kOpensXattr) != 0) {
-    return -ENODATA;
+  if (fstatvfs(state(req).root_fd, &st) != 0) {
+    fuse_reply_err(req, errno);
+    return;
   }
-  State& s = state();
+  fuse_reply_statfs(req, &st);
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  if (strcmp(name, kOpensXattr) != 0) {
+    fuse_reply_err(req, ENODATA);
+    return;
+  }
+  State& s = state(req);
   std::string text;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.opens.find(path);
-    text = std::to_string(strcmp(path, "/") == 0 ? s.total_opens
-                          : it == s.opens.end()  ? 0
-                                                 : it->second);
+    auto it = s.opens.find(ino);
+    text = std::to_string(ino == FUSE_ROOT_ID   ? s.total_opens
+                          : it == s.opens.end() ? 0
+                                                : it->second);
   }
   if (size == 0) {
-    return static_cast<int>(text.size());
+    fuse_reply_xattr(req, text.size());
+  } else if (size < text.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, text.data(), text.size());
   }
-  if (size < text.size()) {
-    return -ERANGE;
-  }
-  memcpy(value, text.data(), text.size());
-  return static_cast<int>(text.size());
 }
 
-void* op_init(fuse_conn_info* /*conn*/, fuse_config* cfg) {
-  // The source's inode numbers, not libfuse's own: those change when the kernel forgets an
-  // inode, and a changed inode number means a changed file to a cache above (epochfs).
-  cfg->use_ino = 1;
-  return fuse_get_context()->private_data;
+void op_init(void* userdata, fuse_conn_info* conn) {
+  // Read data is spliced from the file into the kernel's pipe, never copied through here.
+  if ((conn->capable & FUSE_CAP_SPLICE_WRITE) != 0) {
+    conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+  }
+  static_cast<State*>(userdata)->server->start();
 }
 
-fuse_operations make_operations() {
-  fuse_operations ops{};
+void op_destroy(void* userdata) { static_cast<State*>(userdata)->server->stop(); }
+
+fuse_lowlevel_ops make_operations() {
+  fuse_lowlevel_ops ops{};
   ops.init = op_init;
+  ops.destroy = op_destroy;
+  ops.lookup = op_lookup;
   ops.getattr = op_getattr;
   ops.readlink = op_readlink;
+  ops.opendir = op_opendir;
   ops.readdir = op_readdir;
+  ops.releasedir = op_releasedir;
   ops.open = op_open;
   ops.read = op_read;
   ops.release = op_release;
@@ -183,29 +400,25 @@ fuse_operations make_operations() {
   return ops;
 }
 
-struct LoopConfigDeleter {
-  void operator()(fuse_loop_config* cfg) const { fuse_loop_cfg_destroy(cfg); }
-};
-
-int serve(State& s, const std::string& mountpoint, unsigned max_inflight) {
+// One thread takes every request: none of them waits here, so one is enough and the
+// emulation's CPU stays low.
+int serve(State& s, const std::string& mountpoint) {
   const char* argv[] = {"epochfs-slowfs", "-o", "ro,fsname=slowfs,subtype=slowfs"};
   fuse_args args = FUSE_ARGS_INIT(3, const_cast<char**>(argv));
-  const fuse_operations ops = make_operations();
-  fuse* f = fuse_new(&args, &ops, sizeof(ops), &s);
-  if (f == nullptr) {
+  const fuse_lowlevel_ops ops = make_operations();
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &s);
+  if (se == nullptr) {
     return 1;
   }
   int rc = 1;
-  if (fuse_mount(f, mountpoint.c_str()) == 0) {
-    fuse_set_signal_handlers(fuse_get_session(f));
-    std::unique_ptr<fuse_loop_config, LoopConfigDeleter> cfg(fuse_loop_cfg_create());
-    fuse_loop_cfg_set_max_threads(cfg.get(), max_inflight);
-    fuse_loop_cfg_set_idle_threads(cfg.get(), max_inflight);
-    rc = fuse_loop_mt(f, cfg.get()) == 0 ? 0 : 1;
-    fuse_remove_signal_handlers(fuse_get_session(f));
-    fuse_unmount(f);
+  if (fuse_set_signal_handlers(se) == 0) {
+    if (fuse_session_mount(se, mountpoint.c_str()) == 0) {
+      rc = fuse_session_loop(se) == 0 ? 0 : 1;
+      fuse_session_unmount(se);
+    }
+    fuse_remove_signal_handlers(se);
   }
-  fuse_destroy(f);
+  fuse_session_destroy(se);
   return rc;
 }
 
@@ -215,18 +428,38 @@ int main(int argc, char** argv) {
   CLI::App app("A read-only FUSE passthrough with the latency of network storage (tests)");
   std::string source;
   std::string mountpoint;
+  std::string preset_name;
   double latency_ms = 2;
   unsigned max_inflight = 64;
+  double bandwidth_mbs = 0;
   app.add_option("source", source)->required()->check(CLI::ExistingDirectory);
   app.add_option("mountpoint", mountpoint)->required()->check(CLI::ExistingDirectory);
-  app.add_option("--latency-ms", latency_ms, "Wait before answering each open and read")
-      ->check(CLI::Range(0.0, 10000.0));
-  app.add_option("--max-inflight", max_inflight, "Requests served at once")
-      ->check(CLI::Range(1, 1024));
-  double bandwidth_mbs = 0;
-  app.add_option("--bandwidth-mbs", bandwidth_mbs, "Shared link speed in MB/s (0: no limit)")
-      ->check(CLI::Range(0.0, 1e6));
+  std::string names;
+  for (const auto& p : epochfs::slowfs::kStoragePresets) {
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
+  }
+  app.add_option("--preset", preset_name,
+                 "Storage to model (" + names + "); the options below override its settings");
+  auto* latency =
+      app.add_option("--latency-ms", latency_ms, "Wait before answering each open and read")
+          ->check(CLI::Range(0.0, 10000.0));
+  auto* inflight = app.add_option("--max-inflight", max_inflight, "Requests served at once")
+                       ->check(CLI::Range(1, 100000));
+  auto* bandwidth =
+      app.add_option("--bandwidth-mbs", bandwidth_mbs, "Shared link speed in MB/s (0: no limit)")
+          ->check(CLI::Range(0.0, 1e6));
   CLI11_PARSE(app, argc, argv);
+  if (!preset_name.empty()) {
+    const auto* preset = epochfs::slowfs::find_storage_preset(preset_name);
+    if (preset == nullptr) {
+      fprintf(stderr, "epochfs-slowfs: no preset %s (there are: %s)\n", preset_name.c_str(),
+              names.c_str());
+      return 2;
+    }
+    latency_ms = latency->count() > 0 ? latency_ms : preset->latency_ms;
+    max_inflight = inflight->count() > 0 ? max_inflight : preset->max_inflight;
+    bandwidth_mbs = bandwidth->count() > 0 ? bandwidth_mbs : preset->bandwidth_mbs;
+  }
 
   State s;
   s.root_fd = open(source.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -234,7 +467,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "epochfs-slowfs: %s: %s\n", source.c_str(), strerror(errno));
     return 1;
   }
-  s.latency = std::chrono::microseconds(static_cast<int64_t>(latency_ms * 1000));
-  s.bytes_per_s = bandwidth_mbs * 1e6;
-  return serve(s, mountpoint, max_inflight);
+  s.server =
+      std::make_unique<DelayQueue>(std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double, std::milli>(latency_ms)),
+                                   bandwidth_mbs * 1e6, max_inflight);
+  return serve(s, mountpoint);
 }
