@@ -53,6 +53,7 @@ constexpr auto kGlusterTimeout = std::chrono::seconds(180);
 // The storage settings after the preset and the overrides.
 struct StorageSettings {
   double latency_ms = 0;
+  double meta_latency_ms = 0;
   double bandwidth_mbs = 0;
   unsigned max_inflight = 0;
 };
@@ -61,9 +62,10 @@ StorageSettings resolve_storage(const BenchOptions& o) {
   const auto* preset = slowfs::find_storage_preset(o.storage);
   StorageSettings s;
   if (preset != nullptr) {
-    s = {preset->latency_ms, preset->bandwidth_mbs, preset->max_inflight};
+    s = {preset->latency_ms, preset->meta_latency_ms, preset->bandwidth_mbs, preset->max_inflight};
   }
   s.latency_ms = o.latency_ms >= 0 ? o.latency_ms : s.latency_ms;
+  s.meta_latency_ms = o.meta_latency_ms >= 0 ? o.meta_latency_ms : s.meta_latency_ms;
   s.bandwidth_mbs = o.bandwidth_mbs >= 0 ? o.bandwidth_mbs : s.bandwidth_mbs;
   s.max_inflight = o.max_inflight > 0 ? static_cast<unsigned>(o.max_inflight) : s.max_inflight;
   return s;
@@ -94,7 +96,8 @@ class SharedStorage {
     }
     emulated_ = std::make_unique<MountedDaemon>(
         std::vector<std::string>{sibling_binary("epochfs-slowfs"), data_, path_, "--latency-ms",
-                                 std::to_string(s.latency_ms), "--bandwidth-mbs",
+                                 std::to_string(s.latency_ms), "--meta-latency-ms",
+                                 std::to_string(s.meta_latency_ms), "--bandwidth-mbs",
                                  std::to_string(s.bandwidth_mbs), "--max-inflight",
                                  std::to_string(s.max_inflight)},
         path_, "fuse.slowfs", kMountTimeout);
@@ -416,12 +419,14 @@ void print_header(const BenchOptions& o, const StorageSettings& s, uint64_t byte
   if (o.source == "gluster") {
     printf("shared storage: GlusterFS over a veth pair limited to %.0f MB/s\n", s.bandwidth_mbs);
   } else {
-    printf("shared storage: emulated %s, %.2f ms per request, %s, %u requests at once\n",
-           o.storage.c_str(), s.latency_ms,
-           s.bandwidth_mbs > 0
-               ? (std::to_string(static_cast<int>(s.bandwidth_mbs)) + " MB/s link").c_str()
-               : "no bandwidth cap",
-           s.max_inflight);
+    printf(
+        "shared storage: emulated %s, %.2f ms per open and read, %.2f ms per lookup, %s, "
+        "%u requests at once\n",
+        o.storage.c_str(), s.latency_ms, s.meta_latency_ms,
+        s.bandwidth_mbs > 0
+            ? (std::to_string(static_cast<int>(s.bandwidth_mbs)) + " MB/s link").c_str()
+            : "no bandwidth cap",
+        s.max_inflight);
   }
   printf("  measured: %.2f ms per file (1 reader), %.0f files/s and %.0f MB/s (64 readers)\n",
          probe.per_file_ms, probe.files_per_s, probe.mb_per_s);
@@ -520,6 +525,7 @@ bool write_json(const std::string& path, const Report& rep) {
       << ", \"cache_fractions\": \"" << fractions << "\", \"stage_threads\": " << o.stage_threads
       << "},\n  \"storage\": {\"source\": \"" << o.source << "\", \"preset\": \"" << o.storage
       << "\", \"latency_ms\": " << rep.storage.latency_ms
+      << ", \"meta_latency_ms\": " << rep.storage.meta_latency_ms
       << ", \"bandwidth_mbs\": " << rep.storage.bandwidth_mbs
       << ", \"max_inflight\": " << rep.storage.max_inflight
       << ", \"per_file_ms\": " << rep.probe.per_file_ms

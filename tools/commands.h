@@ -45,10 +45,11 @@ struct BenchOptions {
   TrainerSpec trainer;
   // The shared storage: "emulated" (epochfs-slowfs) or "gluster" (tools/gluster/).
   std::string source = "emulated";
-  // A preset of tools/slowfs/presets.h; the three below override its settings where >= 0.
+  // A preset of tools/slowfs/presets.h; the four below override its settings where >= 0.
   // With gluster, only the bandwidth applies (the link's rate limit).
   std::string storage = "nfs-10g";
   double latency_ms = -1;
+  double meta_latency_ms = -1;
   double bandwidth_mbs = -1;
   int max_inflight = -1;
   // The cache scenarios (lru, epochfs) run once per cache size, as fractions of the dataset.

@@ -207,6 +207,8 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember(presets));
   bench_cmd->add_option("--latency-ms", bench.latency_ms, "Override: per open and read request")
       ->check(CLI::Range(0.0, 1e4));
+  bench_cmd->add_option("--meta-latency-ms", bench.meta_latency_ms, "Override: per lookup")
+      ->check(CLI::Range(0.0, 1e4));
   bench_cmd->add_option("--bandwidth-mbs", bench.bandwidth_mbs, "Override: link MB/s (0: none)")
       ->check(CLI::Range(0.0, 1e6));
   bench_cmd->add_option("--max-inflight", bench.max_inflight, "Override: requests at once")

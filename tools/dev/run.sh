@@ -54,7 +54,7 @@ case "${1:-}" in
     if (($# > 1)); then
       ./build/release/tools/epochfs bench "${@:2}"
     else
-      ./build/release/tools/epochfs bench --files 2000 --epochs 2 --compute-ms 20 \
+      ./build/release/tools/epochfs bench --files 2000 --epochs 2 --workers 4 --compute-ms 12 \
         --plot build/demo.png
     fi
     ;;

@@ -1,13 +1,14 @@
 // epochfs-slowfs: a read-only FUSE passthrough that behaves like slow shared storage, for tests
-// and benchmarks. Each open and each read request is answered --latency-ms after the server
-// took it, reads then pass one shared link of --bandwidth-mbs, and at most --max-inflight
-// requests are being served at once (an NFS server's threads); the others queue in arrival
-// order. --preset picks all three for a named kind of storage (tools/slowfs/presets.h).
+// and benchmarks. Each open and each read request takes --latency-ms of the server's time,
+// each lookup and getattr --meta-latency-ms (default 0: answered at once); read data then
+// passes one shared link of --bandwidth-mbs; at most --max-inflight requests are being served
+// at once (an NFS server's threads), the others queue in arrival order. --preset picks all of
+// these for a named kind of storage (tools/slowfs/presets.h).
 //
 // It must cost little CPU (the machines have 2 cores and the trainer, epochfs and the
 // storage share them), so nothing sleeps per request: one thread takes requests from the
-// kernel and answers metadata at once; opens and reads go into a delay queue, and one reply
-// thread answers each when it is due, splicing read data from the file. A read's pages are
+// kernel and does the work at once; the replies wait in a delay queue, and one reply thread
+// sends each when it is due, splicing read data from the file. A read's pages are
 // asked for (POSIX_FADV_WILLNEED) when it is taken, so the local disk works during the wait.
 //
 // It counts opens per file: getxattr("user.slowfs.opens") on a file gives how many times it
@@ -79,14 +80,17 @@ class Nodes {
   std::unordered_map<std::string, fuse_ino_t> ids_;
 };
 
-// An open or a read waiting for its reply.
+// A request waiting for its reply, or the end of a request's time on the server.
 struct Pending {
-  fuse_req_t req;
-  int fd;        // the open file
-  bool is_read;  // else an open: reply with fd as the handle
-  size_t size;   // read: bytes asked
-  off_t offset;  // read
-  size_t bytes;  // read: bytes it will return (for the link)
+  enum class Kind { kEntry, kAttr, kOpen, kRead, kSlotFree };
+  Kind kind = Kind::kSlotFree;
+  fuse_req_t req = nullptr;
+  int fd = -1;      // open, read: the open file
+  size_t size = 0;  // read: bytes asked
+  off_t offset = 0;
+  size_t bytes = 0;          // read: bytes it will return (for the link)
+  fuse_entry_param entry{};  // lookup: the entry; getattr: entry.attr
+  bool frees_slot = true;    // its reply ends its time on the server
   Clock::time_point due;
 };
 
@@ -94,11 +98,20 @@ struct LaterFirst {
   bool operator()(const Pending& a, const Pending& b) const { return a.due > b.due; }
 };
 
-// The server: requests admitted up to max_inflight, each answered when due.
+struct ServerModel {
+  Clock::duration data_latency;  // open, read
+  Clock::duration meta_latency;  // lookup, getattr
+  double bytes_per_s = 0;        // the link (0: no limit)
+  unsigned max_inflight = 1;     // server slots
+};
+
+// The server: requests admitted up to max_inflight, each answered when due. A request holds
+// its slot for its latency (the server's work); a read's bytes then pass the link, in the
+// order the reads were admitted, without holding the slot (a server hands the reply to the
+// network and takes the next request).
 class DelayQueue {
  public:
-  DelayQueue(Clock::duration latency, double bytes_per_s, unsigned max_inflight)
-      : latency_(latency), bytes_per_s_(bytes_per_s), max_inflight_(max_inflight) {}
+  explicit DelayQueue(const ServerModel& model) : model_(model) {}
 
   // One reply thread: a read's pages were asked for when it was admitted, so its splice
   // seldom waits for the disk (measured: a second thread cost more CPU than it saved).
@@ -117,33 +130,42 @@ class DelayQueue {
     }
   }
 
+  bool delays_metadata() const { return model_.meta_latency > Clock::duration::zero(); }
+
   void submit(Pending p) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (inflight_ < max_inflight_) {
+    if (inflight_ < model_.max_inflight) {
       admit(std::move(p));
     } else {
-      waiting_.push_back(p);
+      waiting_.push_back(std::move(p));
     }
   }
 
  private:
-  // With mu_ held: the request occupies a server slot from now until its reply.
+  // With mu_ held: the request takes a server slot from now until its service ends.
   void admit(Pending p) {
     ++inflight_;
-    const Clock::time_point now = Clock::now();
-    p.due = now + latency_;
-    if (p.is_read && bytes_per_s_ > 0 && p.bytes > 0) {
-      // Its bytes pass the one link after those of the reads admitted before it.
-      const auto transfer = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(static_cast<double>(p.bytes) / bytes_per_s_));
-      p.due = std::max(p.due, link_free_at_) + transfer;
-      link_free_at_ = p.due;
-    }
-    if (p.is_read) {
+    const bool meta = p.kind == Pending::Kind::kEntry || p.kind == Pending::Kind::kAttr;
+    p.due = Clock::now() + (meta ? model_.meta_latency : model_.data_latency);
+    if (p.kind == Pending::Kind::kRead) {
       posix_fadvise(p.fd, p.offset, static_cast<off_t>(p.size), POSIX_FADV_WILLNEED);
+      if (model_.bytes_per_s > 0 && p.bytes > 0) {
+        Pending slot_free;
+        slot_free.due = p.due;
+        push(std::move(slot_free));
+        const auto transfer = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(static_cast<double>(p.bytes) / model_.bytes_per_s));
+        p.due = std::max(p.due, link_free_at_) + transfer;
+        link_free_at_ = p.due;
+        p.frees_slot = false;
+      }
     }
+    push(std::move(p));
+  }
+
+  void push(Pending p) {
     const bool earliest = due_.empty() || p.due < due_.top().due;
-    due_.push(p);
+    due_.push(std::move(p));
     if (earliest) {
       cv_.notify_one();
     }
@@ -165,31 +187,44 @@ class DelayQueue {
       lock.unlock();
       reply(p);
       lock.lock();
-      --inflight_;
-      if (!waiting_.empty()) {
-        admit(waiting_.front());
-        waiting_.pop_front();
+      if (p.frees_slot) {
+        --inflight_;
+        if (!waiting_.empty()) {
+          admit(std::move(waiting_.front()));
+          waiting_.pop_front();
+        }
       }
     }
   }
 
   static void reply(const Pending& p) {
-    if (!p.is_read) {
-      fuse_file_info fi{};
-      fi.fh = static_cast<uint64_t>(p.fd);
-      fuse_reply_open(p.req, &fi);
-      return;
+    switch (p.kind) {
+      case Pending::Kind::kEntry:
+        fuse_reply_entry(p.req, &p.entry);
+        return;
+      case Pending::Kind::kAttr:
+        fuse_reply_attr(p.req, &p.entry.attr, p.entry.attr_timeout);
+        return;
+      case Pending::Kind::kOpen: {
+        fuse_file_info fi{};
+        fi.fh = static_cast<uint64_t>(p.fd);
+        fuse_reply_open(p.req, &fi);
+        return;
+      }
+      case Pending::Kind::kRead: {
+        fuse_bufvec buf = FUSE_BUFVEC_INIT(p.size);
+        buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+        buf.buf[0].fd = p.fd;
+        buf.buf[0].pos = p.offset;
+        fuse_reply_data(p.req, &buf, FUSE_BUF_SPLICE_MOVE);
+        return;
+      }
+      case Pending::Kind::kSlotFree:
+        return;
     }
-    fuse_bufvec buf = FUSE_BUFVEC_INIT(p.size);
-    buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-    buf.buf[0].fd = p.fd;
-    buf.buf[0].pos = p.offset;
-    fuse_reply_data(p.req, &buf, FUSE_BUF_SPLICE_MOVE);
   }
 
-  const Clock::duration latency_;
-  const double bytes_per_s_;
-  const unsigned max_inflight_;
+  const ServerModel model_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::priority_queue<Pending, std::vector<Pending>, LaterFirst> due_;
@@ -226,19 +261,32 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   e.ino = ino;
   e.attr_timeout = kAttrTimeout;
   e.entry_timeout = kAttrTimeout;
-  fuse_reply_entry(req, &e);
+  if (!s.server->delays_metadata()) {
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  Pending p;
+  p.kind = Pending::Kind::kEntry;
+  p.req = req;
+  p.entry = e;
+  s.server->submit(std::move(p));
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
   State& s = state(req);
-
-  struct stat st {};
-
-  if (!stat_path(s, s.nodes.path(ino), &st)) {
+  Pending p;
+  p.kind = Pending::Kind::kAttr;
+  p.req = req;
+  if (!stat_path(s, s.nodes.path(ino), &p.entry.attr)) {
     fuse_reply_err(req, errno);
     return;
   }
-  fuse_reply_attr(req, &st, kAttrTimeout);
+  p.entry.attr_timeout = kAttrTimeout;
+  if (!s.server->delays_metadata()) {
+    fuse_reply_attr(req, &p.entry.attr, kAttrTimeout);
+    return;
+  }
+  s.server->submit(std::move(p));
 }
 
 void op_readlink(fuse_req_t req, fuse_ino_t ino) {
@@ -317,21 +365,29 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
     ++s.opens[ino];
     ++s.total_opens;
   }
-  s.server->submit({req, fd, false, 0, 0, 0, {}});
+  Pending p;
+  p.kind = Pending::Kind::kOpen;
+  p.req = req;
+  p.fd = fd;
+  s.server->submit(std::move(p));
 }
 
 void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t offset, fuse_file_info* fi) {
-  const int fd = static_cast<int>(fi->fh);
+  Pending p;
+  p.kind = Pending::Kind::kRead;
+  p.req = req;
+  p.fd = static_cast<int>(fi->fh);
+  p.size = size;
+  p.offset = offset;
 
   struct stat st {};
 
-  if (fstat(fd, &st) != 0) {
+  if (fstat(p.fd, &st) != 0) {
     fuse_reply_err(req, errno);
     return;
   }
-  const size_t bytes =
-      offset >= st.st_size ? 0 : std::min(size, static_cast<size_t>(st.st_size - offset));
-  state(req).server->submit({req, fd, true, size, offset, bytes, {}});
+  p.bytes = offset >= st.st_size ? 0 : std::min(size, static_cast<size_t>(st.st_size - offset));
+  state(req).server->submit(std::move(p));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
@@ -422,43 +478,75 @@ int serve(State& s, const std::string& mountpoint) {
   return rc;
 }
 
+// The model from --preset and the options that override it; nullopt (with a message) for an
+// unknown preset.
+struct Options {
+  std::string preset;
+  double latency_ms = 2;
+  double meta_latency_ms = 0;
+  double bandwidth_mbs = 0;
+  unsigned max_inflight = 64;
+};
+
+void add_options(CLI::App& app, Options& o, std::vector<CLI::Option*>& overrides,
+                 const std::string& names) {
+  app.add_option("--preset", o.preset,
+                 "Storage to model (" + names + "); the options below override its settings");
+  overrides.push_back(
+      app.add_option("--latency-ms", o.latency_ms, "Time to serve each open and read")
+          ->check(CLI::Range(0.0, 10000.0)));
+  overrides.push_back(
+      app.add_option("--meta-latency-ms", o.meta_latency_ms, "Time to serve each lookup, getattr")
+          ->check(CLI::Range(0.0, 10000.0)));
+  overrides.push_back(
+      app.add_option("--bandwidth-mbs", o.bandwidth_mbs, "Shared link speed in MB/s (0: no limit)")
+          ->check(CLI::Range(0.0, 1e6)));
+  overrides.push_back(app.add_option("--max-inflight", o.max_inflight, "Requests served at once")
+                          ->check(CLI::Range(1, 100000)));
+}
+
+// Applies the preset to the settings the command line did not give.
+bool apply_preset(Options& o, const std::vector<CLI::Option*>& overrides,
+                  const std::string& names) {
+  if (o.preset.empty()) {
+    return true;
+  }
+  const auto* preset = epochfs::slowfs::find_storage_preset(o.preset);
+  if (preset == nullptr) {
+    fprintf(stderr, "epochfs-slowfs: no preset %s (there are: %s)\n", o.preset.c_str(),
+            names.c_str());
+    return false;
+  }
+  const auto given = [&](size_t i) { return overrides[i]->count() > 0; };
+  o.latency_ms = given(0) ? o.latency_ms : preset->latency_ms;
+  o.meta_latency_ms = given(1) ? o.meta_latency_ms : preset->meta_latency_ms;
+  o.bandwidth_mbs = given(2) ? o.bandwidth_mbs : preset->bandwidth_mbs;
+  o.max_inflight = given(3) ? o.max_inflight : preset->max_inflight;
+  return true;
+}
+
+Clock::duration from_ms(double ms) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app("A read-only FUSE passthrough with the latency of network storage (tests)");
   std::string source;
   std::string mountpoint;
-  std::string preset_name;
-  double latency_ms = 2;
-  unsigned max_inflight = 64;
-  double bandwidth_mbs = 0;
   app.add_option("source", source)->required()->check(CLI::ExistingDirectory);
   app.add_option("mountpoint", mountpoint)->required()->check(CLI::ExistingDirectory);
   std::string names;
   for (const auto& p : epochfs::slowfs::kStoragePresets) {
     names += (names.empty() ? "" : ", ") + std::string(p.name);
   }
-  app.add_option("--preset", preset_name,
-                 "Storage to model (" + names + "); the options below override its settings");
-  auto* latency =
-      app.add_option("--latency-ms", latency_ms, "Wait before answering each open and read")
-          ->check(CLI::Range(0.0, 10000.0));
-  auto* inflight = app.add_option("--max-inflight", max_inflight, "Requests served at once")
-                       ->check(CLI::Range(1, 100000));
-  auto* bandwidth =
-      app.add_option("--bandwidth-mbs", bandwidth_mbs, "Shared link speed in MB/s (0: no limit)")
-          ->check(CLI::Range(0.0, 1e6));
+  Options o;
+  std::vector<CLI::Option*> overrides;
+  add_options(app, o, overrides, names);
   CLI11_PARSE(app, argc, argv);
-  if (!preset_name.empty()) {
-    const auto* preset = epochfs::slowfs::find_storage_preset(preset_name);
-    if (preset == nullptr) {
-      fprintf(stderr, "epochfs-slowfs: no preset %s (there are: %s)\n", preset_name.c_str(),
-              names.c_str());
-      return 2;
-    }
-    latency_ms = latency->count() > 0 ? latency_ms : preset->latency_ms;
-    max_inflight = inflight->count() > 0 ? max_inflight : preset->max_inflight;
-    bandwidth_mbs = bandwidth->count() > 0 ? bandwidth_mbs : preset->bandwidth_mbs;
+  if (!apply_preset(o, overrides, names)) {
+    return 2;
   }
 
   State s;
@@ -467,9 +555,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "epochfs-slowfs: %s: %s\n", source.c_str(), strerror(errno));
     return 1;
   }
-  s.server =
-      std::make_unique<DelayQueue>(std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double, std::milli>(latency_ms)),
-                                   bandwidth_mbs * 1e6, max_inflight);
+  s.server = std::make_unique<DelayQueue>(ServerModel{
+      from_ms(o.latency_ms), from_ms(o.meta_latency_ms), o.bandwidth_mbs * 1e6, o.max_inflight});
   return serve(s, mountpoint);
 }
