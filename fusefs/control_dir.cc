@@ -223,6 +223,8 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("bytes_from_cache", s.bytes_from_cache);
   o.field("bytes_from_source", s.bytes_from_source);
   o.field("source_version_checks", s.source_stats);
+  o.field("source_stats_ahead", s.stats_ahead);
+  o.field("lookups_answered_ahead", s.fresh_lookups);
   o.field("files_known", s.files_known);
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);

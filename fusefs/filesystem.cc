@@ -67,6 +67,9 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
     return dir.status();
   }
   std::string path = cachestore::join_path(dir.value(), name);
+  if (auto fresh = engine_.fresh_attributes(path)) {
+    return Entry{inodes_.add_reference(*fresh, path), *fresh};
+  }
   auto st = source_.stat_at(path);
   if (!st.is_ok()) {
     return st.status();

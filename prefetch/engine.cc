@@ -81,10 +81,23 @@ void Engine::observe(const std::string& rel_path, const struct stat& st) {
   }
 }
 
+int64_t Engine::trusted_since_ns() const {
+  return options_.immutable ? 0 : now_ns() - static_cast<int64_t>(options_.attr_timeout_s * 1e9);
+}
+
+std::optional<struct stat> Engine::fresh_attributes(const std::string& rel_path) {
+  if (!cache_) {
+    return std::nullopt;
+  }
+  auto st = fresh_.get(registry_.id_of(rel_path), trusted_since_ns());
+  if (st) {
+    fresh_lookups_.fetch_add(1, kRelaxed);
+  }
+  return st;
+}
+
 Result<FileVersion> Engine::current_version(FileId id, const std::string& rel_path) {
-  const int64_t since =
-      options_.immutable ? 0 : now_ns() - static_cast<int64_t>(options_.attr_timeout_s * 1e9);
-  if (auto seen = registry_.observed_since(id, since)) {
+  if (auto seen = registry_.observed_since(id, trusted_since_ns())) {
     return *seen;
   }
   source_stats_.fetch_add(1, kRelaxed);
@@ -112,7 +125,9 @@ Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path) {
   }
   OpenFile file{std::move(fd).value(), FileVersion::of(st.value()), id, false};
   if (cache_) {
-    registry_.observe(id, file.version, now_ns());
+    const int64_t now = now_ns();
+    registry_.observe(id, file.version, now);
+    fresh_.put(id, st.value(), now);
   }
   return file;
 }
@@ -256,7 +271,11 @@ unsigned Engine::prefetch_slots() {
 }
 
 bool Engine::prefetch(FileId id, size_t stream) {
-  if (!stager_ || cache_->contains(id)) {
+  if (!stager_) {
+    return false;
+  }
+  if (cache_->contains(id)) {
+    stat_ahead(id);
     return false;
   }
   const uint64_t gen = begin_prefetch_flight(id);
@@ -276,6 +295,26 @@ bool Engine::prefetch(FileId id, size_t stream) {
   }
   prefetches_.fetch_add(1, kRelaxed);
   return true;
+}
+
+void Engine::stat_ahead(FileId id) {
+  // Attributes read less than half the timeout ago will still be fresh at the open.
+  const int64_t half_timeout_ns = static_cast<int64_t>(options_.attr_timeout_s * 0.5e9);
+  if (fresh_.get(id, options_.immutable ? 0 : now_ns() - half_timeout_ns)) {
+    return;
+  }
+  auto job = [this, id, path = registry_.path_of(id)] {
+    const int64_t asked_at = now_ns();  // fresh from the moment it was asked, not answered
+    auto st = source_.stat_at(path);
+    if (!st.is_ok() || !S_ISREG(st.value().st_mode)) {
+      return;  // the lookup asks the source itself and reports what it finds
+    }
+    registry_.observe(id, FileVersion::of(st.value()), asked_at);
+    fresh_.put(id, st.value(), asked_at);
+    stats_ahead_.fetch_add(1, kRelaxed);
+  };
+  // Demand priority: a stat is short, and it is needed within the attribute timeout.
+  stager_->try_submit(std::move(job), Stager::Priority::kDemand);
 }
 
 void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path) {
@@ -384,6 +423,8 @@ EngineStats Engine::stats() const {
   s.bytes_from_cache = bytes_from_cache_.load(kRelaxed);
   s.bytes_from_source = bytes_from_source_.load(kRelaxed);
   s.source_stats = source_stats_.load(kRelaxed);
+  s.stats_ahead = stats_ahead_.load(kRelaxed);
+  s.fresh_lookups = fresh_lookups_.load(kRelaxed);
   s.copies_dropped = copies_dropped_.load(kRelaxed);
   s.files_known = registry_.size();
   s.waits = waits_.load(kRelaxed);

@@ -17,7 +17,9 @@
 //
 // Prefetch: the Planner picks the files ahead of each stream's cursor and calls prefetch();
 // every copy, prefetch or demand, is registered as a flight, so one file is copied once and
-// readers wait for that copy instead of reading the source a second time.
+// readers wait for that copy instead of reading the source a second time. A file the planner
+// passes that is already cached is stat'ed on the stager instead (stat_ahead), so that its
+// lookup answers from fresh attributes (fresh_attributes) without a round trip to the source.
 //
 // Shutdown order: the planner (no more prefetches), the stager (joins its threads, so no copy
 // touches the cache afterwards), the cache store (removes the mount's cache directory), and
@@ -30,6 +32,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -38,6 +41,7 @@
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 #include "prefetch/file_registry.h"
+#include "prefetch/fresh_attrs.h"
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
 #include "prefetch/planner.h"
@@ -79,6 +83,8 @@ struct EngineStats {
   uint64_t bytes_from_cache = 0;
   uint64_t bytes_from_source = 0;
   uint64_t source_stats = 0;    // version checks that asked the source
+  uint64_t stats_ahead = 0;     // source stats of cached files just ahead of a stream
+  uint64_t fresh_lookups = 0;   // lookups answered from those
   uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t files_known = 0;
@@ -107,6 +113,11 @@ class Engine final : public PrefetchSink {
 
   // Records attributes just read from the source (by lookup or getattr).
   void observe(const std::string& rel_path, const struct stat& st);
+
+  // rel_path's attributes if the engine read them from the source within the attribute
+  // timeout (ever, with --immutable), ahead of the trainer: a lookup may answer from them
+  // instead of asking the source (prefetch/fresh_attrs.h).
+  std::optional<struct stat> fresh_attributes(const std::string& rel_path);
 
   // Opens a regular file for reading, from the cache if a valid copy exists.
   // EISDIR/EINVAL for anything that is not a regular file.
@@ -146,6 +157,10 @@ class Engine final : public PrefetchSink {
   void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
              const cachestore::FileVersion& version);
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
+  // Stats cached file id on the stager, so that its lookup finds the attributes fresh.
+  void stat_ahead(FileId id);
+  // The oldest read of the source an open or lookup trusts now.
+  int64_t trusted_since_ns() const;
   void count_open(const OpenFile& file, const OpenOutcome& outcome);
 
   // Flights: copies in progress, one per file at most. A reader claims a file's flight before
@@ -169,6 +184,7 @@ class Engine final : public PrefetchSink {
   std::unique_ptr<Planner> planner_;
   std::unique_ptr<cachestore::CacheStore> cache_;
   FileRegistry registry_;
+  FreshAttrs fresh_;
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
 
@@ -179,6 +195,8 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> bytes_from_cache_{0};
   std::atomic<uint64_t> bytes_from_source_{0};
   std::atomic<uint64_t> source_stats_{0};
+  std::atomic<uint64_t> stats_ahead_{0};
+  std::atomic<uint64_t> fresh_lookups_{0};
   std::atomic<uint64_t> copies_dropped_{0};
   std::atomic<uint64_t> waits_{0};
   std::atomic<uint64_t> stall_ns_{0};

@@ -23,6 +23,7 @@
 
 #include "test/mount/mount_fixture.h"
 #include "tools/dataset.h"
+#include "tools/read_bench.h"
 #include "tools/stats_doc.h"
 
 namespace epochfs::test {
@@ -323,6 +324,75 @@ TEST_CASE("the next epoch published early is staged before the current one ends"
   CHECK(read_order(mount, dir / "src", Order(second.begin(), second.begin() + 20), 1, {}) == 0);
   CHECK(stat_of(mount, "hits") - hits_before == 20);
   CHECK(stat_of(mount, "prefetch.streams.default.epoch") == 1);
+}
+
+// Waits until the daemon has stat'ed at least n cached files ahead of the reader.
+void wait_stats_ahead(const Mount& mount, double n) {
+  for (int i = 0; i < 2000 && stat_of(mount, "source_stats_ahead") < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(stat_of(mount, "source_stats_ahead") >= n);
+}
+
+// Epoch 0 read whole (everything cached), the kernel's entries dropped, and once the
+// attributes the copies read are older than half the attribute timeout, epoch 1 published:
+// the daemon stats the cached files again ahead of the reader.
+void cache_epoch_and_publish_next(const Mount& mount, const std::string& src, const Order& first,
+                                  const Order& second, std::chrono::milliseconds attr_timeout) {
+  REQUIRE(publish(mount, order_text(first, "#epoch 0\n")) == 0);
+  CHECK(read_order(mount, src, first, 2, {}) == 0);
+  wait_idle(mount);
+  std::this_thread::sleep_for(attr_timeout / 2 + std::chrono::milliseconds(100));
+  REQUIRE(tools::drop_page_cache());  // the kernel forgets its entries: lookups come again
+  REQUIRE(publish(mount, order_text(second, "#epoch 1\n")) == 0);
+  wait_stats_ahead(mount, static_cast<double>(second.size()));
+}
+
+TEST_CASE("lookups of cached files just ahead of the reader do not wait for the source",
+          "[mount][prefetch]") {
+  constexpr int kFiles = 100;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 1);
+  // 3 s: the reads below follow the stats ahead well within it.
+  Mount mount(slow.path(), dir / "mnt", {"--attr-timeout", "3", "--lookahead", "100"});
+  const Order second = shuffled(0, kFiles, 2);
+  cache_epoch_and_publish_next(mount, dir / "src", shuffled(0, kFiles, 1), second,
+                               std::chrono::seconds(3));
+
+  const double answered = stat_of(mount, "lookups_answered_ahead");
+  const double checks = stat_of(mount, "source_version_checks");
+  const double hits = stat_of(mount, "hits");
+  CHECK(read_order(mount, dir / "src", second, 2, {}) == 0);
+  CHECK(stat_of(mount, "lookups_answered_ahead") - answered >= kFiles);
+  CHECK(stat_of(mount, "hits") - hits == kFiles);
+  CHECK(stat_of(mount, "source_version_checks") == checks);
+}
+
+TEST_CASE("attributes read ahead are not trusted past the attribute timeout", "[mount][prefetch]") {
+  constexpr int kFiles = 20;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 1);
+  Mount mount(slow.path(), dir / "mnt", {"--attr-timeout", "1", "--lookahead", "100"});
+  const Order second = shuffled(0, kFiles, 2);
+  cache_epoch_and_publish_next(mount, dir / "src", shuffled(0, kFiles, 1), second,
+                               std::chrono::seconds(1));
+
+  // Changed in the source after its attributes were read ahead, and read after the timeout:
+  // the new bytes, not the cached copy of the old ones.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const std::string rel = name_of(second[0]);
+  REQUIRE(tools::write_content_file(dir / ("src/" + rel), 999, 2, kFileBytes + 4096).is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // slowfs's own entry timeout
+  const double answered = stat_of(mount, "lookups_answered_ahead");
+  auto got = read_file(mount / rel);
+  auto want = read_file(dir / ("src/" + rel));
+  REQUIRE(got.has_value());
+  REQUIRE(want.has_value());
+  CHECK(got->size() == kFileBytes + 4096);
+  CHECK(*got == *want);
+  CHECK(stat_of(mount, "lookups_answered_ahead") == answered);
 }
 
 TEST_CASE("an order replaced mid-epoch is followed from its start", "[mount][prefetch]") {
