@@ -178,8 +178,11 @@ class DelayQueue {
         cv_.wait(lock);
         continue;
       }
-      if (Clock::now() < due_.top().due) {
-        cv_.wait_until(lock, due_.top().due);
+      // A copy: waiting takes the time by reference, and a push while waiting may move the
+      // queue's storage.
+      const Clock::time_point next = due_.top().due;
+      if (Clock::now() < next) {
+        cv_.wait_until(lock, next);
         continue;
       }
       const Pending p = due_.top();
