@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <sstream>
 
+#include "fusefs/passthrough.h"
+
 namespace epochfs::fusefs {
 
 std::optional<InodeId> control_lookup(InodeId parent, std::string_view name) {
@@ -210,6 +212,16 @@ std::string verify_json(const cachestore::VerifyReport& r, bool cache_enabled) {
   return out.str();
 }
 
+// How reads of cached files are served (fusefs/passthrough.h).
+void data_path_fields(std::ostringstream& out) {
+  JsonObject o(out, 2);
+  o.field("mode", std::string(passthrough::active() ? "passthrough" : "classic"));
+  o.field("classic_because", std::string(passthrough::why_not()));
+  o.field("passthrough_opens", passthrough::opens());
+  o.field("backing_files", passthrough::backing_files());
+  o.close();
+}
+
 std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid) {
   std::ostringstream out;
   JsonObject o(out, 0);
@@ -228,6 +240,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("files_known", s.files_known);
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
+  data_path_fields(o.start("data_path"));
   cache_fields(o.start("cache"), s);
   prefetch_fields(o.start("prefetch"), s);
   o.close();

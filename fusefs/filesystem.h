@@ -55,6 +55,9 @@ struct FileHandle {
   std::atomic<bool> reading_copy{false};
   cachestore::Mutex fallback_mu;
   cachestore::UniqueFd source_fd GUARDED_BY(fallback_mu);
+  // The kernel's backing id when the kernel reads this open's cached copy itself
+  // (fusefs/passthrough.h); 0 when reads come to the daemon.
+  uint32_t backing_id = 0;
   // For a control file (.epochfs/stats): its content, made at open; file.fd is unused.
   bool is_control = false;
   std::string control_content;

@@ -19,6 +19,7 @@
 #include "cachestore/log.h"
 #include "fusefs/control_dir.h"
 #include "fusefs/filesystem.h"
+#include "fusefs/passthrough.h"
 
 namespace epochfs::fusefs {
 namespace {
@@ -241,6 +242,13 @@ void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+void release_handle(Filesystem& fs, fuse_ino_t ino, FileHandle* handle) {
+  if (!handle->is_control) {
+    passthrough::end_open(ino, handle->backing_id);
+  }
+  fs.release(handle);
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto opened = fs_of(req).open(ino, fi->flags);
   if (!opened.is_ok()) {
@@ -254,8 +262,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->direct_io = handle->is_control;
   // Read-only: the kernel need not send FLUSH on every close.
   fi->noflush = 1;
-  if (fuse_reply_open(req, fi) != 0) {
-    fs_of(req).release(handle);  // interrupted: no release will come
+  if (!handle->is_control) {
+    // A cached copy may be read by the kernel itself (fusefs/passthrough.h).
+    const prefetch::OpenFile& file = handle->file;
+    handle->backing_id = passthrough::begin_open(ino, file.fd.get(), file.from_cache);
+  }
+  if (passthrough::reply_open(req, fi, handle->backing_id) != 0) {
+    release_handle(fs_of(req), ino, handle);  // interrupted: no release will come
   }
 }
 
@@ -430,8 +443,8 @@ void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   reply_status(req, fs_of(req).flush(*file_of(fi)));
 }
 
-void op_release(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  fs_of(req).release(file_of(fi));
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  release_handle(fs_of(req), ino, file_of(fi));
   fuse_reply_err(req, 0);
 }
 

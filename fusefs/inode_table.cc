@@ -15,6 +15,16 @@ InodeId InodeTable::add_reference(const struct stat& st, const std::string& path
   const Key key{st.st_dev, st.st_ino};
   MutexLock lock(mu_);
   auto [it, inserted] = by_key_.try_emplace(key, next_id_);
+  if (!inserted && it->second != kRootInodeId) {
+    // A file that changed since it was opened gets a new node: the kernel then starts a new
+    // inode for it, free of what it holds for the old version (pages, a passthrough backing
+    // file). The old node lives on until the kernel forgets it.
+    const FileVersion& opened = by_id_.at(it->second).version;
+    if (opened != FileVersion{} && opened != FileVersion::of(st)) {
+      it->second = next_id_;
+      inserted = true;
+    }
+  }
   if (inserted) {
     by_id_.emplace(next_id_, Inode{key, path, 1, {}});
     return next_id_++;
@@ -36,7 +46,10 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
   Inode& inode = it->second;
   inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - n;
   if (inode.nlookup == 0 && id != kRootInodeId) {
-    by_key_.erase(inode.key);
+    auto current = by_key_.find(inode.key);
+    if (current != by_key_.end() && current->second == id) {
+      by_key_.erase(current);  // not if a newer node of a changed file took the key
+    }
     by_id_.erase(it);
   }
   return true;

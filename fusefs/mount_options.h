@@ -10,6 +10,11 @@
 
 namespace epochfs::fusefs {
 
+// How reads of cached files reach the reader: kClassic, every read is a request to the daemon;
+// kPassthrough, the kernel reads cached copies itself where it can (Linux 6.9+, root), else
+// classic (fusefs/passthrough.h).
+enum class DataPath { kClassic, kPassthrough };
+
 struct MountOptions {
   std::string source;
   std::string mountpoint;
@@ -23,6 +28,7 @@ struct MountOptions {
   // The local-disk cache. Disabled when cache.capacity_bytes is 0.
   cachestore::CacheOptions cache;
   prefetch::EngineOptions engine;
+  DataPath data_path = DataPath::kClassic;
   // Extra -o options passed to libfuse as given.
   std::vector<std::string> fuse_options;
 };

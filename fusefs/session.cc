@@ -18,6 +18,7 @@
 #include "cachestore/root_dir.h"
 #include "fusefs/fuse_ops.h"
 #include "fusefs/mount_options.h"
+#include "fusefs/passthrough.h"
 
 namespace epochfs::fusefs {
 namespace {
@@ -165,6 +166,9 @@ int run_mount(const MountOptions& o) {
     fprintf(stderr, "epochfs: cannot mount on %s (see the message above)\n", o.mountpoint.c_str());
     fuse_remove_signal_handlers(se.get());
     return 1;
+  }
+  if (!passthrough::install(se.get(), o.data_path)) {
+    cachestore::log(LogLevel::kWarning, "data path: classic (%s)", passthrough::why_not());
   }
   if (!o.foreground) {
     cachestore::set_log_sink(cachestore::LogSink::kSyslog, "epochfs");

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <exception>
+#include <map>
 
 #include <CLI/CLI.hpp>
 
@@ -132,6 +133,14 @@ CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_lev
   cmd->add_flag("--immutable", o.fs.immutable,
                 "The source never changes while mounted: cache names, attributes and pages "
                 "for a day");
+  cmd->add_option("--data-path", o.data_path,
+                  "classic: every read comes to the daemon; passthrough: the kernel reads "
+                  "cached copies itself where it can (Linux 6.9+, root), else classic")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, epochfs::fusefs::DataPath>{
+              {"classic", epochfs::fusefs::DataPath::kClassic},
+              {"passthrough", epochfs::fusefs::DataPath::kPassthrough}},
+          CLI::ignore_case));
   cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
       ->allow_extra_args(false);
   cmd->add_option("--log-level", log_level, "error, warning, info or debug")

@@ -82,4 +82,24 @@ TEST_CASE("note_version says whether the file changed since the last open", "[in
   CHECK(table.note_version(a, v2));
 }
 
+TEST_CASE("a file changed since it was opened gets a new node", "[inode_table]") {
+  InodeTable table(make_stat(2));
+  struct stat st = make_stat(10);
+  st.st_size = 100;
+  const InodeId a = table.add_reference(st, "a");
+  CHECK(table.add_reference(st, "a") == a);  // never opened: same node whatever it holds
+  table.note_version(a, FileVersion::of(st));
+  CHECK(table.add_reference(st, "a") == a);  // opened, unchanged
+  st.st_size = 200;
+  const InodeId b = table.add_reference(st, "a");
+  CHECK(b != a);
+  CHECK(table.lookup_count(b) == 1);
+  // The old node lives until the kernel forgets it, and its forget leaves the new one alone.
+  CHECK(table.path_of(a) == "a");
+  CHECK(table.forget(a, 3));
+  CHECK_FALSE(table.path_of(a).has_value());
+  CHECK(table.add_reference(st, "a") == b);
+  CHECK(table.lookup_count(b) == 2);
+}
+
 }  // namespace epochfs::fusefs

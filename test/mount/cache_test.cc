@@ -87,7 +87,8 @@ void check_same(const std::string& a, const std::string& b) {
 TEST_CASE("a second read of a file is a cache hit with the right bytes", "[mount][cache]") {
   TempDir dir;
   write_files(dir / "src", 20, 110000);
-  Mount mount(dir / "src", dir / "mnt");
+  // Classic: the bytes served are counted by the daemon (passthrough_test.cc has the other).
+  Mount mount(dir / "src", dir / "mnt", {"--data-path", "classic"});
   for (int i = 0; i < 20; ++i) {
     check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
   }
@@ -193,7 +194,9 @@ TEST_CASE("a cached copy that fails in the middle of a read is replaced by the s
   constexpr uint64_t kSize = 8 << 20;
   TempDir dir;
   write_files(dir / "src", 1, kSize);
-  Mount mount(dir / "src", dir / "mnt");
+  // Classic: with passthrough the kernel reads the copy itself, and a copy damaged under an
+  // open reader reaches it (docs/design.md, known gaps).
+  Mount mount(dir / "src", dir / "mnt", {"--data-path", "classic"});
   check_same(mount / "f0", dir / "src/f0");
   wait_for_staging(mount);
   auto objects = cached_objects(mount.cache_root());

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -57,6 +58,12 @@ Mount::Mount(const std::string& source, const std::string& mountpoint,
   fs::create_directories(mountpoint_);
   std::vector<std::string> argv = {EPOCHFS_BINARY, "mount", "--foreground", source, mountpoint};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  // The suite runs once per data path (test/CMakeLists.txt): the environment picks it.
+  const char* data_path = getenv("EPOCHFS_TEST_DATA_PATH");
+  if (data_path != nullptr && std::find(argv.begin(), argv.end(), "--data-path") == argv.end()) {
+    argv.push_back("--data-path");
+    argv.push_back(data_path);
+  }
   // Keep the cache inside the test's scratch space, not in the system default.
   if (std::find(argv.begin(), argv.end(), "--cache-dir") == argv.end()) {
     argv.push_back("--cache-dir");

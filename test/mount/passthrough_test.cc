@@ -1,0 +1,159 @@
+// Kernel passthrough (--data-path passthrough, fusefs/passthrough.h) on real mounts: cached
+// files are read by the kernel with no READ reaching the daemon and the right bytes; the mount
+// falls back to classic when the kernel does not offer passthrough; a reader keeps its bytes
+// while the cache churns; a file changed in the source is read anew. The rest of the mount
+// suite also runs once with passthrough (test/CMakeLists.txt).
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "test/mount/mount_fixture.h"
+#include "tools/dataset.h"
+#include "tools/read_bench.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kPassthrough = {"--data-path", "passthrough"};
+
+tools::StatsDoc stats(const Mount& mount) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  return *doc;
+}
+
+double stat_of(const Mount& mount, const std::string& key) {
+  auto v = stats(mount).number(key);
+  INFO(key);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+void wait_for_staging(const Mount& mount) {
+  for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
+}
+
+void write_files(const std::string& root, int count, uint64_t size, uint32_t version = 1) {
+  fs::create_directories(root);
+  for (int i = 0; i < count; ++i) {
+    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, version, size).is_ok());
+  }
+}
+
+void check_same(const std::string& a, const std::string& b) {
+  auto x = tools::file_digest(a);
+  auto y = tools::file_digest(b);
+  REQUIRE(x.is_ok());
+  REQUIRE(y.is_ok());
+  CHECK(x.value() == y.value());
+}
+
+// Reads every file once (misses: copies staged), then again from the cache.
+void read_twice(const Mount& mount, const std::string& src, int count) {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < count; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), src + "/f" + std::to_string(i));
+    }
+    wait_for_staging(mount);
+    REQUIRE(tools::drop_page_cache());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("with passthrough the kernel reads cached files itself, byte for byte",
+          "[mount][passthrough]") {
+  TempDir dir;
+  write_files(dir / "src", 20, 110000);
+  Mount mount(dir / "src", dir / "mnt", kPassthrough);
+  read_twice(mount, dir / "src", 20);
+  CHECK(stats(mount).values["data_path.mode"] == "passthrough");
+  CHECK(stat_of(mount, "hits") == 20);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 20);
+  // No READ of a cached file reached the daemon: only the first pass's, from the source.
+  CHECK(stat_of(mount, "bytes_from_cache") == 0);
+  CHECK(stat_of(mount, "bytes_from_source") == 20 * 110000);
+  CHECK(stat_of(mount, "data_path.backing_files") == 0);  // all released with their opens
+}
+
+TEST_CASE("without the kernel's offer of passthrough the mount stays classic",
+          "[mount][passthrough]") {
+  TempDir dir;
+  write_files(dir / "src", 10, 110000);
+  // The daemon reads this when the kernel's INIT arrives: it then ignores the offer.
+  REQUIRE(setenv("EPOCHFS_TEST_DENY_PASSTHROUGH", "1", 1) == 0);
+  Mount mount(dir / "src", dir / "mnt", kPassthrough);
+  unsetenv("EPOCHFS_TEST_DENY_PASSTHROUGH");
+  read_twice(mount, dir / "src", 10);
+  auto doc = stats(mount);
+  CHECK(doc.values["data_path.mode"] == "classic");
+  CHECK(doc.values["data_path.classic_because"].find("does not offer") != std::string::npos);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 0);
+  CHECK(stat_of(mount, "bytes_from_cache") == 10 * 110000);
+}
+
+TEST_CASE("a passthrough reader keeps its bytes while the cache churns under it",
+          "[mount][passthrough]") {
+  constexpr uint64_t kSize = 400000;
+  TempDir dir;
+  write_files(dir / "src", 12, kSize);
+  Mount mount(dir / "src", dir / "mnt",
+              {"--data-path", "passthrough", "--cache-size", "1M", "--cache-reserve", "0"});
+  check_same(mount / "f0", dir / "src/f0");
+  wait_for_staging(mount);
+  const int fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 1);
+  std::string got(kSize, '\0');
+  REQUIRE(::pread(fd, got.data(), kSize / 2, 0) == static_cast<ssize_t>(kSize / 2));
+  // Every other file through a cache of 2.5 files: copies come and go around the open one.
+  for (int i = 1; i < 12; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  REQUIRE(tools::drop_page_cache());
+  REQUIRE(::pread(fd, got.data() + kSize / 2, kSize / 2, kSize / 2) ==
+          static_cast<ssize_t>(kSize / 2));
+  ::close(fd);
+  std::string want(kSize, '\0');
+  tools::fill_content(0, 1, 0, want.data(), want.size());
+  CHECK(got == want);
+  CHECK(stat_of(mount, "cache.used_bytes") <= 1 << 20);
+  CHECK(stat_of(mount, "cache.evictions") > 0);
+}
+
+TEST_CASE("a file changed in the source is read anew, not from the old backing file",
+          "[mount][passthrough]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 110000);
+  Mount mount(dir / "src", dir / "mnt", kPassthrough);
+  read_twice(mount, dir / "src", 1);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 1);
+  // Hold a passthrough open of the old version while the source changes.
+  const int old_fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(old_fd >= 0);
+  write_files(dir / "src", 1, 120000, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the attribute timeout
+  check_same(mount / "f0", dir / "src/f0");
+  std::string old_bytes(110000, '\0');
+  CHECK(::pread(old_fd, old_bytes.data(), old_bytes.size(), 0) == 110000);
+  ::close(old_fd);
+  std::string want(110000, '\0');
+  tools::fill_content(0, 1, 0, want.data(), want.size());
+  CHECK(old_bytes == want);  // the open that came first keeps its version
+}
+
+}  // namespace epochfs::test
