@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <sstream>
 
+#include "fusefs/metrics.h"
 #include "fusefs/passthrough.h"
 
 namespace epochfs::fusefs {
@@ -19,6 +20,9 @@ std::optional<InodeId> control_lookup(InodeId parent, std::string_view name) {
   }
   if (parent == kControlDirId && name == "verify") {
     return kVerifyFileId;
+  }
+  if (parent == kControlDirId && name == "metrics") {
+    return kMetricsFileId;
   }
   return std::nullopt;
 }
@@ -246,6 +250,11 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.close();
   out << "\n";
   return out.str();
+}
+
+std::string metrics_document(const prefetch::EngineStats& stats) {
+  return metrics_text(stats, DataPathFigures{passthrough::active(), passthrough::opens(),
+                                             passthrough::backing_files()});
 }
 
 }  // namespace epochfs::fusefs

@@ -2,8 +2,9 @@
 //
 // It is found by lookup but not listed by readdir of the root, so `ls` and dataset scanners
 // never see it. A real ".epochfs" in the source is shadowed. Today it holds `stats`, a
-// read-only JSON snapshot taken when the file is opened (docs/stats.md), and `verify`: opening
-// it checks every cached copy against its hash and gives the result as JSON (epochfs verify).
+// read-only JSON snapshot taken when the file is opened (docs/stats.md), `metrics`, the same
+// figures in Prometheus's text format (fusefs/metrics.h), and `verify`: opening it checks
+// every cached copy against its hash and gives the result as JSON (epochfs verify).
 // Writing a new file into it publishes a shuffle order (or, named `manifest`, a manifest); the
 // close reports whether it was published. Its
 // nodes have fixed ids far above any the InodeTable hands out, and the kernel's references to them
@@ -27,6 +28,7 @@ inline constexpr char kControlDirName[] = ".epochfs";
 inline constexpr InodeId kControlDirId = InodeId{1} << 62;
 inline constexpr InodeId kStatsFileId = kControlDirId + 1;
 inline constexpr InodeId kVerifyFileId = kControlDirId + 2;
+inline constexpr InodeId kMetricsFileId = kControlDirId + 3;
 
 // Files being written into the control directory (orders, manifests) get ids from here up.
 inline constexpr InodeId kUploadIdBase = kControlDirId + 1024;
@@ -42,12 +44,15 @@ std::optional<InodeId> control_lookup(InodeId parent, std::string_view name);
 struct stat control_attr(InodeId id);
 
 // The names in the control directory.
-inline constexpr const char* kControlEntries[] = {"stats", "verify"};
+inline constexpr const char* kControlEntries[] = {"stats", "verify", "metrics"};
 
 // The JSON document served as .epochfs/stats.
 // The JSON document served as .epochfs/verify.
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 
 std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid);
+
+// The Prometheus text served as .epochfs/metrics and written to --metrics-file.
+std::string metrics_document(const prefetch::EngineStats& stats);
 
 }  // namespace epochfs::fusefs

@@ -141,16 +141,21 @@ void Filesystem::releasedir(DirHandle* dir) {
 }
 
 Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
-  if (id != kStatsFileId && id != kVerifyFileId) {
-    return Status::error(EISDIR, "open .epochfs");
-  }
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
-  handle->control_content =
-      id == kStatsFileId ? stats_json(engine_.stats(), source_.path(), ::getpid())
-                         : verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
+  if (id == kStatsFileId) {
+    handle->control_content = stats_json(engine_.stats(), source_.path(), ::getpid());
+  } else if (id == kMetricsFileId) {
+    handle->control_content = metrics();
+  } else if (id == kVerifyFileId) {
+    handle->control_content = verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
+  } else {
+    return Status::error(EISDIR, "open .epochfs");
+  }
   return OpenResult{files_.add(std::move(handle)), false};
 }
+
+std::string Filesystem::metrics() const { return metrics_document(engine_.stats()); }
 
 void Filesystem::release(FileHandle* file) {
   if (file->upload) {

@@ -88,6 +88,9 @@ class Filesystem {
   Filesystem& operator=(const Filesystem&) = delete;
 
   // Starts background threads (staging). Call after any fork, before serving.
+  // The daemon's figures in Prometheus's text format (fusefs/metrics.h).
+  std::string metrics() const;
+
   void start() { engine_.start(); }
 
   // Looks name up in parent; on success the kernel holds one more reference to the result.

@@ -29,6 +29,9 @@ struct MountOptions {
   cachestore::CacheOptions cache;
   prefetch::EngineOptions engine;
   DataPath data_path = DataPath::kClassic;
+  // Where to write the Prometheus metrics every few seconds (node_exporter's textfile
+  // collector); none if empty.
+  std::string metrics_file;
   // Extra -o options passed to libfuse as given.
   std::vector<std::string> fuse_options;
 };

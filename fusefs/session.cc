@@ -17,6 +17,7 @@
 #include "cachestore/log.h"
 #include "cachestore/root_dir.h"
 #include "fusefs/fuse_ops.h"
+#include "fusefs/metrics.h"
 #include "fusefs/mount_options.h"
 #include "fusefs/passthrough.h"
 
@@ -24,6 +25,9 @@ namespace epochfs::fusefs {
 namespace {
 
 using cachestore::LogLevel;
+
+// How often --metrics-file is rewritten: a few times per scrape interval of a collector.
+constexpr auto kMetricsPeriod = std::chrono::seconds(5);
 
 // libfuse's option parser splits on ',' unless escaped with '\'.
 std::string escape_option_value(const std::string& value) {
@@ -180,6 +184,11 @@ int run_mount(const MountOptions& o) {
     return 1;
   }
   fs.start();  // threads only now: none may exist across fuse_daemonize's fork
+  std::unique_ptr<MetricsFileWriter> metrics;
+  if (!o.metrics_file.empty()) {
+    metrics = std::make_unique<MetricsFileWriter>(
+        o.metrics_file, [&fs] { return fs.metrics(); }, kMetricsPeriod);
+  }
   cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
   const int rc = serve(se.get(), o);
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());

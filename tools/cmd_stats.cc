@@ -13,18 +13,6 @@
 namespace epochfs::tools {
 namespace {
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return buf;
-}
-
 // Reads and parses the control file <mountpoint>/.epochfs/<name>; says why not on stderr.
 std::optional<std::pair<std::string, StatsDoc>> read_control(const std::string& mountpoint,
                                                              const std::string& name) {

@@ -20,6 +20,10 @@ int cmd_unmount(const std::string& mountpoint, bool lazy);
 
 int cmd_stats(const std::string& mountpoint, bool json);
 
+// `epochfs stats MOUNT --watch`: a live view refreshed every interval_s, count times (0: until
+// interrupted); redrawn on a terminal, plain lines elsewhere (tools/cmd_watch.cc).
+int cmd_watch(const std::string& mountpoint, unsigned count, double interval_s);
+
 // Checks every cached copy against the hash recorded when it was made; damaged copies are
 // dropped by the daemon.
 int cmd_verify(const std::string& mountpoint);

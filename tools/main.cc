@@ -99,6 +99,10 @@ bool apply_cache_flags(const CacheFlags& flags, MountOptions& o) {
     return false;
   }
   o.engine.lookahead = *lookahead;
+  if (!o.metrics_file.empty()) {
+    // The daemon changes directory when it detaches: keep the path absolute.
+    o.metrics_file = epochfs::tools::absolute_path(o.metrics_file);
+  }
   if (!o.engine.shuffle_file.empty()) {
     // The daemon changes directory when it detaches: keep the path absolute.
     o.engine.shuffle_file = epochfs::tools::absolute_path(o.engine.shuffle_file);
@@ -141,6 +145,8 @@ CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_lev
               {"classic", epochfs::fusefs::DataPath::kClassic},
               {"passthrough", epochfs::fusefs::DataPath::kPassthrough}},
           CLI::ignore_case));
+  cmd->add_option("--metrics-file", o.metrics_file,
+                  "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");
   cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
       ->allow_extra_args(false);
   cmd->add_option("--log-level", log_level, "error, warning, info or debug")
@@ -175,6 +181,13 @@ int run(int argc, char** argv) {
   auto* stats = app.add_subcommand("stats", "Show a mount's statistics");
   stats->add_option("mountpoint", stats_path)->required();
   stats->add_flag("--json", stats_json, "Print the raw JSON document");
+  bool stats_watch = false;
+  unsigned watch_count = 0;
+  double watch_interval = 1;
+  stats->add_flag("--watch", stats_watch, "A live view, refreshed every second");
+  stats->add_option("--count", watch_count, "With --watch: stop after this many refreshes");
+  stats->add_option("--interval", watch_interval, "With --watch: seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
 
   std::string verify_path;
   auto* verify = app.add_subcommand("verify", "Check every cached copy against its hash");
@@ -281,6 +294,9 @@ int run(int argc, char** argv) {
     return epochfs::tools::cmd_mount(mount);
   }
   if (app.got_subcommand("stats")) {
+    if (stats_watch) {
+      return epochfs::tools::cmd_watch(stats_path, watch_count, watch_interval);
+    }
     return epochfs::tools::cmd_stats(stats_path, stats_json);
   }
   if (app.got_subcommand("bench")) {

@@ -128,4 +128,16 @@ std::optional<StatsDoc> read_stats(const std::string& mountpoint) {
   return parse_stats(text.str());
 }
 
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
 }  // namespace epochfs::tools

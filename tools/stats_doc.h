@@ -22,4 +22,7 @@ std::optional<StatsDoc> parse_stats(const std::string& json);
 // Reads and parses <mountpoint>/.epochfs/stats.
 std::optional<StatsDoc> read_stats(const std::string& mountpoint);
 
+// bytes as "12.3 MiB" (binary units; "512 B" below a KiB).
+std::string human_bytes(double bytes);
+
 }  // namespace epochfs::tools

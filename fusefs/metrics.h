@@ -1,0 +1,54 @@
+// Prometheus metrics: the daemon's statistics in the text exposition format (version 0.0.4),
+// served as <mount>/.epochfs/metrics and written to --metrics-file for node_exporter's
+// textfile collector. Names start with `epochfs_`, carry their unit, and counters end in
+// `_total`; per-stream series carry a `stream` label. docs/stats.md lists every metric.
+//
+// MetricsFileWriter rewrites the file every few seconds, atomically (a temporary file renamed
+// over it), so a collector never reads half a file.
+//
+// Thread-safety: metrics_text is a pure function; the writer owns its thread.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "prefetch/engine.h"
+
+namespace epochfs::fusefs {
+
+// How reads are served, for the data-path metrics.
+struct DataPathFigures {
+  bool passthrough = false;
+  uint64_t passthrough_opens = 0;
+  uint64_t backing_files = 0;
+};
+
+std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path);
+
+class MetricsFileWriter {
+ public:
+  // Writes make() to path every period until destroyed (and once more then).
+  MetricsFileWriter(std::string path, std::function<std::string()> make,
+                    std::chrono::milliseconds period);
+  ~MetricsFileWriter();
+  MetricsFileWriter(const MetricsFileWriter&) = delete;
+  MetricsFileWriter& operator=(const MetricsFileWriter&) = delete;
+
+ private:
+  void write_once();
+  void run();
+
+  const std::string path_;
+  const std::function<std::string()> make_;
+  const std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool failing_ = false;  // the last write failed (logged once until it works again)
+  std::thread thread_;
+};
+
+}  // namespace epochfs::fusefs

@@ -1,0 +1,206 @@
+// Watching a mount, on real mounts: .epochfs/metrics and --metrics-file parse as Prometheus's
+// text exposition format (every sample under a TYPE line, names epochfs_*, counters *_total)
+// and agree with .epochfs/stats; `epochfs stats --watch` redraws a live view on a terminal
+// (a pseudo-terminal made by script(1)) and prints plain lines elsewhere.
+#include <stdio.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "test/mount/mount_fixture.h"
+#include "tools/dataset.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Samples by name with labels ("epochfs_stream_epoch{stream=\"default\"}"); a failed check
+// for any line that is not valid exposition text.
+std::map<std::string, double> parse_prometheus(const std::string& text) {
+  static const std::regex kHelp(R"(# HELP (epochfs_[a-z0-9_]+) \S.*)");
+  static const std::regex kType(R"(# TYPE (epochfs_[a-z0-9_]+) (counter|gauge))");
+  static const std::regex kSample(
+      R"re((epochfs_[a-z0-9_]+)(\{[a-z_]+="(?:\\.|[^"\\])*"(?:,[a-z_]+="(?:\\.|[^"\\])*")*\})? (\S+))re");
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    INFO(line);
+    std::smatch m;
+    if (std::regex_match(line, m, kHelp)) {
+      continue;
+    }
+    if (std::regex_match(line, m, kType)) {
+      CHECK(types.count(m[1]) == 0);  // one TYPE line per family
+      types[m[1]] = m[2];
+      if (m[2] == "counter") {
+        CHECK(std::string(m[1]).size() > 6);
+        CHECK(std::string(m[1]).substr(std::string(m[1]).size() - 6) == "_total");
+      }
+      continue;
+    }
+    REQUIRE(std::regex_match(line, m, kSample));
+    CHECK(types.count(m[1]) == 1);  // its family was declared before it
+    const std::string value = m[3];
+    samples[std::string(m[1]) + std::string(m[2])] =
+        value == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(value);
+  }
+  return samples;
+}
+
+double stat_of(const Mount& mount, const std::string& key) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  auto v = doc->number(key);
+  INFO(key);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+void write_files(const std::string& root, int count) {
+  fs::create_directories(root);
+  for (int i = 0; i < count; ++i) {
+    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, 1, 50000).is_ok());
+  }
+}
+
+void read_all(const Mount& mount, int count) {
+  for (int i = 0; i < count; ++i) {
+    REQUIRE(read_file(mount / ("f" + std::to_string(i))).has_value());
+  }
+}
+
+}  // namespace
+
+TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mount][metrics]") {
+  TempDir dir;
+  write_files(dir / "src", 10);
+  Mount mount(dir / "src", dir / "mnt");
+  std::string order;
+  for (int i = 0; i < 10; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  { std::ofstream(dir / "order.txt") << order; }
+  REQUIRE(run_epochfs({"publish", mount.path(), dir / "order.txt"}).exit_code == 0);
+  read_all(mount, 10);
+  read_all(mount, 10);
+  auto text = read_file(mount / ".epochfs/metrics");
+  REQUIRE(text.has_value());
+  const auto m = parse_prometheus(*text);
+  const auto metric = [&](const std::string& key) {
+    INFO(key);
+    REQUIRE(m.count(key) == 1);
+    return m.at(key);
+  };
+  // The stats are read after the metrics: counters can only have grown since.
+  CHECK(metric("epochfs_opens_total") == 20);
+  CHECK(metric("epochfs_opens_total") == stat_of(mount, "opens"));
+  CHECK(metric("epochfs_cache_hits_total") + metric("epochfs_cache_misses_total") == 20);
+  CHECK(metric("epochfs_cache_hits_total") <= stat_of(mount, "hits"));
+  CHECK(metric("epochfs_read_from_source_bytes_total") <= stat_of(mount, "bytes_from_source"));
+  // No --cache-size: the stats say null, the metric +Inf.
+  CHECK(metric("epochfs_cache_capacity_bytes") == std::numeric_limits<double>::infinity());
+  CHECK(metric("epochfs_cache_files") == stat_of(mount, "cache.files_cached"));
+  CHECK(metric("epochfs_publishes_total") == stat_of(mount, "prefetch.publishes"));
+  CHECK(m.count("epochfs_stream_epoch_length_files{stream=\"default\"}") == 1);
+  CHECK(metric("epochfs_stream_opens_total{stream=\"default\"}") ==
+        stat_of(mount, "prefetch.streams.default.total.opens"));
+  CHECK(metric("epochfs_data_path_passthrough") >= 0);
+  CHECK(metric("epochfs_cache_errors_total{kind=\"io\"}") == 0);
+}
+
+TEST_CASE("--metrics-file is written at once and rewritten as the figures change",
+          "[mount][metrics]") {
+  TempDir dir;
+  write_files(dir / "src", 5);
+  const std::string file = dir / "epochfs.prom";
+  Mount mount(dir / "src", dir / "mnt", {"--metrics-file", file});
+  const auto opens_in_file = [&]() -> double {
+    auto text = read_file(file);
+    if (!text) {
+      return -1;
+    }
+    const auto m = parse_prometheus(*text);
+    return m.count("epochfs_opens_total") ? m.at("epochfs_opens_total") : -1;
+  };
+  for (int i = 0; i < 100 && opens_in_file() < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(opens_in_file() == 0);
+  read_all(mount, 5);
+  // Rewritten every 5 s: within 12 s the file shows the opens.
+  for (int i = 0; i < 120 && opens_in_file() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(opens_in_file() == 5);
+  CHECK_FALSE(fs::exists(file + ".tmp"));
+}
+
+namespace {
+
+// Runs command under a pseudo-terminal (script(1)); its output.
+std::string run_on_terminal(const std::string& command) {
+  const std::string line = "script -qec '" + command + "' /dev/null 2>&1";
+  FILE* pipe = popen(line.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) {
+    out.append(buf, n);
+  }
+  pclose(pipe);
+  return out;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("stats --watch redraws a live view on a terminal and prints lines elsewhere",
+          "[mount][watch]") {
+  TempDir dir;
+  write_files(dir / "src", 20);
+  Mount mount(dir / "src", dir / "mnt", {"--cache-size", "4M"});
+  std::string order;
+  for (int i = 0; i < 20; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  { std::ofstream(dir / "order.txt") << order; }
+  REQUIRE(run_epochfs({"publish", mount.path(), dir / "order.txt"}).exit_code == 0);
+  read_all(mount, 10);
+
+  const std::string watch =
+      std::string(EPOCHFS_BINARY) + " stats " + mount.path() + " --watch --count 3 --interval 0.2";
+  const std::string screen = run_on_terminal(watch);
+  INFO(screen);
+  CHECK(count_of(screen, "\x1b[H\x1b[2J") == 3);  // three redraws in place
+  CHECK(count_of(screen, "stream default  epoch 0 [") == 3);
+  CHECK(screen.find("50% (10/20)") != std::string::npos);  // the position through the epoch
+  CHECK(screen.find("cache  [") != std::string::npos);
+
+  auto plain = run_epochfs({"stats", mount.path(), "--watch", "--count", "2", "--interval", "0.2"});
+  INFO(plain.output);
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.output.find('\x1b') == std::string::npos);
+  CHECK(count_of(plain.output, "stream default  epoch 0  50% (10/20)") == 2);
+}
+
+}  // namespace epochfs::test
