@@ -479,7 +479,7 @@ TEST_CASE("the control directory is reachable but not listed", "[mount][control]
     control.push_back(e.path().filename());
   }
   std::sort(control.begin(), control.end());
-  CHECK(control == std::vector<std::string>{"stats", "verify"});
+  CHECK(control == std::vector<std::string>{"metrics", "stats", "verify"});
   auto doc = tools::read_stats(mount.path());
   REQUIRE(doc.has_value());
   CHECK(doc->number("pid") == mount.pid());

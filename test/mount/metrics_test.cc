@@ -121,7 +121,7 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
   CHECK(metric("epochfs_cache_errors_total{kind=\"io\"}") == 0);
 }
 
-TEST_CASE("--metrics-file is written at once and rewritten as the figures change",
+TEST_CASE("the metrics file is written at once and rewritten as the figures change",
           "[mount][metrics]") {
   TempDir dir;
   write_files(dir / "src", 5);
