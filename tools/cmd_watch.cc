@@ -146,8 +146,6 @@ void draw(const std::string& mountpoint, const StatsDoc& doc, const Rates& r, bo
   fflush(stdout);
 }
 
-std::optional<StatsDoc> read_doc(const std::string& mountpoint) { return read_stats(mountpoint); }
-
 }  // namespace
 
 int cmd_watch(const std::string& path, unsigned count, double interval_s) {
@@ -159,7 +157,7 @@ int cmd_watch(const std::string& path, unsigned count, double interval_s) {
     if (i > 0) {
       std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     }
-    auto doc = read_doc(mountpoint);
+    auto doc = read_stats(mountpoint);
     const Clock::time_point at = Clock::now();
     if (!doc) {
       fprintf(stderr, "epochfs: %s is not an epochfs mount (or it is gone)\n", mountpoint.c_str());

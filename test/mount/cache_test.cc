@@ -27,23 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double stat_of(const Mount& mount, const std::string& key) {
-  auto doc = tools::read_stats(mount.path());
-  REQUIRE(doc.has_value());
-  auto v = doc->number(key);
-  REQUIRE(v.has_value());
-  return *v;
-}
-
-// Waits until no copy is queued or running (staging is asynchronous).
-void wait_for_staging(const Mount& mount) {
-  for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
-  REQUIRE(stat_of(mount, "cache.copies_in_flight") == 0);
-}
-
 // Bytes the files under dir occupy on disk (what du counts).
 uint64_t disk_usage(const std::string& dir) {
   uint64_t total = 0;
@@ -65,21 +48,6 @@ std::vector<std::string> cached_objects(const std::string& cache_root) {
     }
   }
   return out;
-}
-
-void write_files(const std::string& root, int count, uint64_t size, uint32_t version = 1) {
-  fs::create_directories(root);
-  for (int i = 0; i < count; ++i) {
-    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, version, size).is_ok());
-  }
-}
-
-void check_same(const std::string& a, const std::string& b) {
-  auto x = tools::file_digest(a);
-  auto y = tools::file_digest(b);
-  REQUIRE(x.is_ok());
-  REQUIRE(y.is_ok());
-  CHECK(x.value() == y.value());
 }
 
 }  // namespace

@@ -60,22 +60,6 @@ std::map<std::string, double> parse_prometheus(const std::string& text) {
   return samples;
 }
 
-double stat_of(const Mount& mount, const std::string& key) {
-  auto doc = tools::read_stats(mount.path());
-  REQUIRE(doc.has_value());
-  auto v = doc->number(key);
-  INFO(key);
-  REQUIRE(v.has_value());
-  return *v;
-}
-
-void write_files(const std::string& root, int count) {
-  fs::create_directories(root);
-  for (int i = 0; i < count; ++i) {
-    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, 1, 50000).is_ok());
-  }
-}
-
 void read_all(const Mount& mount, int count) {
   for (int i = 0; i < count; ++i) {
     REQUIRE(read_file(mount / ("f" + std::to_string(i))).has_value());
@@ -86,7 +70,7 @@ void read_all(const Mount& mount, int count) {
 
 TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mount][metrics]") {
   TempDir dir;
-  write_files(dir / "src", 10);
+  write_files(dir / "src", 10, 50000);
   Mount mount(dir / "src", dir / "mnt");
   std::string order;
   for (int i = 0; i < 10; ++i) {
@@ -124,7 +108,7 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
 TEST_CASE("the metrics file is written at once and rewritten as the figures change",
           "[mount][metrics]") {
   TempDir dir;
-  write_files(dir / "src", 5);
+  write_files(dir / "src", 5, 50000);
   const std::string file = dir / "epochfs.prom";
   Mount mount(dir / "src", dir / "mnt", {"--metrics-file", file});
   const auto opens_in_file = [&]() -> double {
@@ -177,7 +161,7 @@ size_t count_of(const std::string& text, const std::string& what) {
 TEST_CASE("stats --watch redraws a live view on a terminal and prints lines elsewhere",
           "[mount][watch]") {
   TempDir dir;
-  write_files(dir / "src", 20);
+  write_files(dir / "src", 20, 50000);
   Mount mount(dir / "src", dir / "mnt", {"--cache-size", "4M"});
   std::string order;
   for (int i = 0; i < 20; ++i) {

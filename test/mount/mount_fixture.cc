@@ -12,13 +12,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "cachestore/unique_fd.h"
+#include "tools/dataset.h"
 #include "tools/mount_table.h"
 #include "tools/process.h"
+#include "tools/stats_doc.h"
 
 namespace epochfs::test {
 
@@ -193,6 +197,42 @@ int run_as_nobody(const std::function<int()>& fn) {
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+}  // namespace epochfs::test
+
+namespace epochfs::test {
+
+double stat_of(const Mount& mount, const std::string& key) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  auto v = doc->number(key);
+  INFO(key);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+void wait_for_staging(const Mount& mount) {
+  for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
+  REQUIRE(stat_of(mount, "cache.copies_in_flight") == 0);
+}
+
+void write_files(const std::string& root, int count, uint64_t size, uint32_t version) {
+  std::filesystem::create_directories(root);
+  for (int i = 0; i < count; ++i) {
+    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, version, size).is_ok());
+  }
+}
+
+void check_same(const std::string& a, const std::string& b) {
+  auto x = tools::file_digest(a);
+  auto y = tools::file_digest(b);
+  REQUIRE(x.is_ok());
+  REQUIRE(y.is_ok());
+  CHECK(x.value() == y.value());
 }
 
 }  // namespace epochfs::test

@@ -95,6 +95,18 @@ bool is_mounted(const std::string& path);
 // Reads a whole file; nullopt on error (errno kept).
 std::optional<std::string> read_file(const std::string& path);
 
+// A number in the mount's .epochfs/stats (a failed check if absent).
+double stat_of(const Mount& mount, const std::string& key);
+
+// Waits until the mount has no copy queued or running (staging is asynchronous).
+void wait_for_staging(const Mount& mount);
+
+// Files root/f0 .. f<count-1> of `size` bytes whose content names (file, version, offset).
+void write_files(const std::string& root, int count, uint64_t size, uint32_t version = 1);
+
+// Checks that two files have the same bytes.
+void check_same(const std::string& a, const std::string& b);
+
 }  // namespace epochfs::test
 
 namespace epochfs::test {

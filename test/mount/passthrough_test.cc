@@ -32,35 +32,6 @@ tools::StatsDoc stats(const Mount& mount) {
   return *doc;
 }
 
-double stat_of(const Mount& mount, const std::string& key) {
-  auto v = stats(mount).number(key);
-  INFO(key);
-  REQUIRE(v.has_value());
-  return *v;
-}
-
-void wait_for_staging(const Mount& mount) {
-  for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
-}
-
-void write_files(const std::string& root, int count, uint64_t size, uint32_t version = 1) {
-  fs::create_directories(root);
-  for (int i = 0; i < count; ++i) {
-    REQUIRE(tools::write_content_file(root + "/f" + std::to_string(i), i, version, size).is_ok());
-  }
-}
-
-void check_same(const std::string& a, const std::string& b) {
-  auto x = tools::file_digest(a);
-  auto y = tools::file_digest(b);
-  REQUIRE(x.is_ok());
-  REQUIRE(y.is_ok());
-  CHECK(x.value() == y.value());
-}
-
 // Reads every file once (misses: copies staged), then again from the cache.
 void read_twice(const Mount& mount, const std::string& src, int count) {
   for (int pass = 0; pass < 2; ++pass) {

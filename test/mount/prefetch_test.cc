@@ -78,15 +78,6 @@ int publish(const Mount& mount, const std::string& text, const std::string& name
   return err;
 }
 
-double stat_of(const Mount& mount, const std::string& key) {
-  auto doc = tools::read_stats(mount.path());
-  REQUIRE(doc.has_value());
-  auto v = doc->number(key);
-  INFO(key);
-  REQUIRE(v.has_value());
-  return *v;
-}
-
 std::string text_of(const Mount& mount, const std::string& key) {
   auto doc = tools::read_stats(mount.path());
   REQUIRE(doc.has_value());
