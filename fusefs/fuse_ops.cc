@@ -39,9 +39,30 @@ FileHandle* file_of(const fuse_file_info* fi) { return reinterpret_cast<FileHand
 
 DirHandle* dir_of(const fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(fi->fh); }
 
+// Errors a reader does not expect from a healthy source (as opposed to ENOENT, EROFS, EACCES,
+// which are answers): worth an operator's attention.
+bool is_fault(int err) {
+  switch (err) {
+    case EIO:
+    case ESTALE:
+    case ETIMEDOUT:
+    case ENOTCONN:
+    case EREMOTEIO:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void reply_status(fuse_req_t req, const cachestore::Status& status) {
-  if (!status.is_ok() && cachestore::log_enabled(LogLevel::kDebug)) {
-    cachestore::log(LogLevel::kDebug, "%s", status.to_string().c_str());
+  if (!status.is_ok()) {
+    const LogLevel level = is_fault(status.error_code()) ? LogLevel::kWarning : LogLevel::kDebug;
+    if (cachestore::log_enabled(level)) {
+      cachestore::log(level, "%s", status.to_string().c_str());
+    }
   }
   fuse_reply_err(req, status.error_code());
 }

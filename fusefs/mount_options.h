@@ -32,6 +32,9 @@ struct MountOptions {
   // Where to write the Prometheus metrics every few seconds (node_exporter's textfile
   // collector); none if empty.
   std::string metrics_file;
+  // Log to this file (already opened with cachestore::open_log_file); to syslog when empty and
+  // in the background, else to stderr.
+  std::string log_file;
   // Extra -o options passed to libfuse as given.
   std::vector<std::string> fuse_options;
 };

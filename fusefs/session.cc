@@ -174,7 +174,9 @@ int run_mount(const MountOptions& o) {
   if (!passthrough::install(se.get(), o.data_path)) {
     cachestore::log(LogLevel::kWarning, "data path: classic (%s)", passthrough::why_not());
   }
-  if (!o.foreground) {
+  if (!o.log_file.empty()) {
+    cachestore::set_log_sink(cachestore::LogSink::kFile, "epochfs");
+  } else if (!o.foreground) {
     cachestore::set_log_sink(cachestore::LogSink::kSyslog, "epochfs");
   }
   // In the background the parent exits 0 here, the mount in place; the child goes on.
@@ -184,6 +186,7 @@ int run_mount(const MountOptions& o) {
     return 1;
   }
   fs.start();  // threads only now: none may exist across fuse_daemonize's fork
+  cachestore::start_log_flusher();
   std::unique_ptr<MetricsFileWriter> metrics;
   if (!o.metrics_file.empty()) {
     metrics = std::make_unique<MetricsFileWriter>(

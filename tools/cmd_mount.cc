@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cachestore/log.h"
 #include "cachestore/unique_fd.h"
 #include "tools/commands.h"
 #include "tools/mount_table.h"
@@ -49,13 +50,34 @@ bool check_source(const std::string& source) {
   return true;
 }
 
+// A mount whose daemon died answers every call with ENOTCONN until it is detached. If it is an
+// epochfs mount, nothing can still be served through it, so detaching it loses nothing: do it
+// and mount again in its place. Someone else's dead mount is left to its owner.
+bool recover_stale_mount(const std::string& mountpoint) {
+  const auto type = mount_type_at(mountpoint);
+  if (!type || *type != "fuse.epochfs") {
+    return fail("%s is a stale mount whose daemon died (%s); run: umount -l %s", mountpoint.c_str(),
+                type ? type->c_str() : "unknown type", mountpoint.c_str());
+  }
+  if (!detach_mount(mountpoint)) {
+    return fail(
+        "%s is a stale mount whose daemon died, and detaching it failed: %s; run: "
+        "epochfs unmount --lazy %s",
+        mountpoint.c_str(), strerror(errno), mountpoint.c_str());
+  }
+  fprintf(stderr, "epochfs: %s was a stale mount whose daemon died; detached it\n",
+          mountpoint.c_str());
+  return true;
+}
+
 bool check_mountpoint(const std::string& mountpoint) {
   struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) {
-    if (errno == ENOTCONN) {
-      return fail("%s is a stale mount whose daemon died; run: epochfs unmount --lazy %s",
-                  mountpoint.c_str(), mountpoint.c_str());
+  if (::stat(mountpoint.c_str(), &st) != 0 && errno == ENOTCONN) {
+    if (!recover_stale_mount(mountpoint)) {
+      return false;
     }
+  }
+  if (::stat(mountpoint.c_str(), &st) != 0) {
     return fail("mountpoint %s: %s", mountpoint.c_str(), strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) {
@@ -87,7 +109,17 @@ int cmd_mount(fusefs::MountOptions options) {
   if (options.debug) {
     options.foreground = true;
   }
-  return fusefs::run_mount(options);
+  if (!options.log_file.empty()) {
+    options.log_file = absolute_path(options.log_file);
+    if (!cachestore::open_log_file(options.log_file)) {
+      fail("--log-file %s: %s", options.log_file.c_str(), strerror(errno));
+      return 1;
+    }
+  }
+  const int rc = fusefs::run_mount(options);
+  // After the Filesystem is gone: its cleanup may still log.
+  cachestore::stop_log_flusher();
+  return rc;
 }
 
 }  // namespace epochfs::tools

@@ -149,6 +149,8 @@ CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_lev
                   "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");
   cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
       ->allow_extra_args(false);
+  cmd->add_option("--log-file", o.log_file,
+                  "Log here instead of syslog (in the background) or stderr (in the foreground)");
   cmd->add_option("--log-level", log_level, "error, warning, info or debug")
       ->check(CLI::IsMember({"error", "warning", "info", "debug"}));
   return cmd;

@@ -1,7 +1,10 @@
 #include "tools/mount_table.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -69,6 +72,28 @@ std::string absolute_path(const std::string& path) {
     return realpath(p.c_str(), buf) != nullptr ? std::string(buf) : p;
   }
   return out == "/" ? "/" + name : out + "/" + name;
+}
+
+bool detach_mount(const std::string& path) {
+  if (umount2(path.c_str(), MNT_DETACH) == 0) {
+    return true;
+  }
+  if (errno != EPERM || geteuid() == 0) {
+    return false;
+  }
+  // An unprivileged user's mount is undone by the setuid helper.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execlp("fusermount3", "fusermount3", "-uz", path.c_str(), nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    errno = EPERM;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace epochfs::tools

@@ -1,4 +1,4 @@
-// Reading the kernel's mount table (/proc/self/mountinfo).
+// The kernel's mount table (/proc/self/mountinfo): what is mounted where, and detaching.
 #pragma once
 
 #include <optional>
@@ -9,6 +9,10 @@ namespace epochfs::tools {
 // The filesystem type ("fuse.epochfs", "ext4", ...) mounted exactly at path, or nullopt if
 // path is not a mount point. path must be absolute and canonical.
 std::optional<std::string> mount_type_at(const std::string& path);
+
+// Detaches the mount at path now (umount2 MNT_DETACH; a non-root user's FUSE mount through
+// `fusermount3 -uz`). On failure returns false with errno set.
+bool detach_mount(const std::string& path);
 
 // Absolute form of path without resolving symlinks in a way that touches a dead mount:
 // realpath of the parent joined with the last component.

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -137,7 +139,7 @@ TEST_CASE("unmount of something that is not an epochfs mount fails clearly", "[m
   CHECK(contains(r.output, "not mounted"));
 }
 
-TEST_CASE("a mount left by a killed daemon is reported and recoverable", "[mount][lifecycle]") {
+TEST_CASE("a mount left by a killed daemon is detached by the next mount", "[mount][lifecycle]") {
   TempDir dir;
   make_small_source(dir / "src");
   Mount mount(dir / "src", dir / "mnt");
@@ -148,15 +150,24 @@ TEST_CASE("a mount left by a killed daemon is reported and recoverable", "[mount
   CHECK(errno == ENOTCONN);
   const CommandResult again =
       run_epochfs({"mount", dir / "src", mount.path(), "--cache-dir", dir / "cache"});
-  CHECK(again.exit_code == 1);
-  CHECK(contains(again.output, "epochfs unmount --lazy"));
-  CHECK(run_epochfs({"unmount", "--lazy", mount.path()}).exit_code == 0);
-  CHECK_FALSE(is_mounted(mount.path()));
-  // And it mounts again.
-  CHECK(run_epochfs({"mount", dir / "src", mount.path(), "--cache-dir", dir / "cache"}).exit_code ==
-        0);
+  CHECK(again.exit_code == 0);
+  CHECK(contains(again.output, "stale mount whose daemon died; detached it"));
   CHECK(read_file(mount / "hello.txt") == "hello");
   CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+  CHECK_FALSE(is_mounted(mount.path()));
+}
+
+TEST_CASE("a stale mount of another filesystem is left alone", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  // A FUSE mount of another type whose daemon dies: slowfs stands in for it.
+  SlowSource other(dir / "src", dir / "mnt", 0);
+  REQUIRE(kill(other.pid(), SIGKILL) == 0);
+  // Let the kernel see the connection close.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const CommandResult again = run_epochfs({"mount", dir / "src", dir / "mnt", "--no-cache"});
+  CHECK(again.exit_code == 1);
+  CHECK(contains(again.output, "umount -l"));
 }
 
 }  // namespace epochfs::test

@@ -73,6 +73,8 @@ class SlowSource {
 
   const std::string& path() const { return mountpoint_; }
 
+  pid_t pid() const { return daemon_.pid(); }
+
   // Times rel_path was opened on this source ("" for all files).
   uint64_t opens(const std::string& rel_path = "") const;
 
