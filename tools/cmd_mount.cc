@@ -71,12 +71,10 @@ bool recover_stale_mount(const std::string& mountpoint) {
 }
 
 bool check_mountpoint(const std::string& mountpoint) {
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0 && errno == ENOTCONN) {
-    if (!recover_stale_mount(mountpoint)) {
-      return false;
-    }
+  if (is_dead_mount(mountpoint) && !recover_stale_mount(mountpoint)) {
+    return false;
   }
+  struct stat st;
   if (::stat(mountpoint.c_str(), &st) != 0) {
     return fail("mountpoint %s: %s", mountpoint.c_str(), strerror(errno));
   }

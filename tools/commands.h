@@ -20,6 +20,20 @@ int cmd_unmount(const std::string& mountpoint, bool lazy);
 
 int cmd_stats(const std::string& mountpoint, bool json);
 
+struct DoctorOptions {
+  std::string path;  // a mount, or a source directory to be mounted; may be empty
+  std::string fuse_device = "/dev/fuse";
+  std::string cache_dir;          // empty: the mount's, or epochfs mount's default
+  uint64_t cache_size_bytes = 0;  // 0: not given
+  double cache_reserve_percent = 5;
+  bool no_cache = false;
+};
+
+// `epochfs doctor`: checks the FUSE device, privileges, kernel, open-files limit, the source's
+// latency or a mount's health, and the cache disk; one line each with what to fix. Exits 1 if
+// any check found a problem (tools/cmd_doctor.cc).
+int cmd_doctor(const DoctorOptions& options);
+
 // `epochfs stats MOUNT --watch`: a live view refreshed every interval_s, count times (0: until
 // interrupted); redrawn on a terminal, plain lines elsewhere (tools/cmd_watch.cc).
 int cmd_watch(const std::string& mountpoint, unsigned count, double interval_s);

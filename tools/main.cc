@@ -4,11 +4,14 @@
 
 #include <exception>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cachestore/log.h"
 #include "tools/commands.h"
+#include "tools/mount_helper.h"
 #include "tools/mount_table.h"
 #include "tools/size_parse.h"
 #include "tools/slowfs/presets.h"
@@ -170,7 +173,8 @@ int run(int argc, char** argv) {
   MountOptions mount;
   std::string log_level = "info";
   CacheFlags cache_flags;
-  add_cache_options(add_mount_command(app, mount, log_level), mount, cache_flags);
+  CLI::App* mount_cmd = add_mount_command(app, mount, log_level);
+  add_cache_options(mount_cmd, mount, cache_flags);
 
   std::string unmount_path;
   bool lazy = false;
@@ -194,6 +198,21 @@ int run(int argc, char** argv) {
   std::string verify_path;
   auto* verify = app.add_subcommand("verify", "Check every cached copy against its hash");
   verify->add_option("mountpoint", verify_path)->required();
+
+  epochfs::tools::DoctorOptions doctor;
+  std::string doctor_size;
+  std::string doctor_reserve = "5%";
+  auto* doctor_cmd = app.add_subcommand(
+      "doctor", "Check the node, a source or a mount, and the cache disk; say what to fix");
+  doctor_cmd->add_option("path", doctor.path, "A mount, or the source you mean to mount");
+  doctor_cmd->add_option("--cache-dir", doctor.cache_dir,
+                         "The cache directory you mean to use (default: the mount's, or "
+                         "/var/cache/epochfs)");
+  doctor_cmd->add_option("--cache-size", doctor_size, "The --cache-size you mean to use");
+  doctor_cmd->add_option("--cache-reserve", doctor_reserve, "The --cache-reserve you mean to use");
+  doctor_cmd->add_flag("--no-cache", doctor.no_cache, "Skip the cache disk checks");
+  doctor_cmd->add_option("--fuse-device", doctor.fuse_device, "The FUSE device to check")
+      ->default_val(doctor.fuse_device);
 
   epochfs::tools::PublishOptions publish;
   auto* publish_cmd =
@@ -276,6 +295,30 @@ int run(int argc, char** argv) {
   demo_cmd->add_option("--mount-arg", demo.mount_args, "Extra argument for epochfs mount")
       ->allow_extra_args(false);
 
+  // From /etc/fstab (tools/mount_helper.h): parse the `epochfs mount` line it stands for.
+  std::vector<std::string> helper_args;
+  std::vector<char*> helper_argv;
+  if (epochfs::tools::is_mount_helper_call(argc, argv, app)) {
+    auto helper = epochfs::tools::mount_helper_args(argc, argv, *mount_cmd);
+    if (!helper) {
+      return 1;
+    }
+    helper_args = std::move(helper->args);
+    if (helper->verbose || helper->fake) {
+      for (const auto& a : helper_args) {
+        fprintf(stderr, "%s ", a.c_str());
+      }
+      fprintf(stderr, "\n");
+    }
+    if (helper->fake) {
+      return 0;
+    }
+    for (auto& a : helper_args) {
+      helper_argv.push_back(a.data());
+    }
+    argc = static_cast<int>(helper_argv.size());
+    argv = helper_argv.data();
+  }
   CLI11_PARSE(app, argc, argv);
   epochfs::cachestore::set_log_level(parse_level(log_level));
   if (app.got_subcommand("mount")) {
@@ -309,6 +352,18 @@ int run(int argc, char** argv) {
   }
   if (app.got_subcommand("publish")) {
     return epochfs::tools::cmd_publish(publish);
+  }
+  if (app.got_subcommand("doctor")) {
+    const auto size =
+        doctor_size.empty() ? std::optional<uint64_t>(0) : epochfs::tools::parse_size(doctor_size);
+    const auto reserve = epochfs::tools::parse_percent(doctor_reserve);
+    if (!size || !reserve) {
+      fprintf(stderr, "epochfs: --cache-size or --cache-reserve: expected 300G, 5%%\n");
+      return 1;
+    }
+    doctor.cache_size_bytes = *size;
+    doctor.cache_reserve_percent = *reserve;
+    return epochfs::tools::cmd_doctor(doctor);
   }
   if (app.got_subcommand("verify")) {
     return epochfs::tools::cmd_verify(verify_path);

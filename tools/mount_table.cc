@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,6 +73,11 @@ std::string absolute_path(const std::string& path) {
     return realpath(p.c_str(), buf) != nullptr ? std::string(buf) : p;
   }
   return out == "/" ? "/" + name : out + "/" + name;
+}
+
+bool is_dead_mount(const std::string& path) {
+  struct statfs st;
+  return ::statfs(path.c_str(), &st) != 0 && errno == ENOTCONN;
 }
 
 bool detach_mount(const std::string& path) {

@@ -10,6 +10,10 @@ namespace epochfs::tools {
 // path is not a mount point. path must be absolute and canonical.
 std::optional<std::string> mount_type_at(const std::string& path);
 
+// True if a FUSE mount at path has lost its daemon: the kernel answers ENOTCONN. Asked with
+// statfs, which the kernel never answers from its caches (a stat may be).
+bool is_dead_mount(const std::string& path);
+
 // Detaches the mount at path now (umount2 MNT_DETACH; a non-root user's FUSE mount through
 // `fusermount3 -uz`). On failure returns false with errno set.
 bool detach_mount(const std::string& path);

@@ -114,6 +114,12 @@ uint64_t SlowSource::opens(const std::string& rel_path) const {
 }
 
 CommandResult run_epochfs(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {EPOCHFS_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+CommandResult run_command(const std::vector<std::string>& args) {
   int pipe_fds[2];
   REQUIRE(pipe2(pipe_fds, O_CLOEXEC) == 0);
   const pid_t pid = fork();
@@ -121,12 +127,12 @@ CommandResult run_epochfs(const std::vector<std::string>& args) {
   if (pid == 0) {
     dup2(pipe_fds[1], STDOUT_FILENO);
     dup2(pipe_fds[1], STDERR_FILENO);
-    std::vector<char*> argv = {const_cast<char*>(EPOCHFS_BINARY)};
+    std::vector<char*> argv;
     for (const auto& a : args) {
       argv.push_back(const_cast<char*>(a.c_str()));
     }
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   close(pipe_fds[1]);

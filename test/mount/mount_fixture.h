@@ -91,6 +91,9 @@ struct CommandResult {
 // Runs the epochfs binary with args and waits for it.
 CommandResult run_epochfs(const std::vector<std::string>& args);
 
+// Runs argv (argv[0] looked up in PATH) and waits for it.
+CommandResult run_command(const std::vector<std::string>& argv);
+
 // True if a filesystem is mounted exactly at path.
 bool is_mounted(const std::string& path);
 
