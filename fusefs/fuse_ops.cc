@@ -397,9 +397,12 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
 }
 
 void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
-  // Reply straight from the fd: libfuse splices it when the kernel allows, else preads.
+  // Reply straight from the fd: libfuse splices it when the kernel allows, else preads. With
+  // FD_RETRY it goes on after a short read (a source over FUSE or a network filesystem may give
+  // one); without, the short reply would tell the kernel that the file ends there.
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
-  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].flags =
+      static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
   FileHandle& file = *file_of(fi);
   if (file.is_control) {
     // A copy, not a pointer into the handle: once the kernel has the reply (inside writev),

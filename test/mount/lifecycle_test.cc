@@ -20,10 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 void make_small_source(const std::string& src) {
   fs::create_directories(src);
   std::ofstream(src + "/hello.txt") << "hello";

@@ -113,6 +113,41 @@ uint64_t SlowSource::opens(const std::string& rel_path) const {
   return std::stoull(std::string(buf, static_cast<size_t>(n)));
 }
 
+FaultFs::FaultFs(const std::string& source, const std::string& mountpoint)
+    : mountpoint_(mountpoint),
+      daemon_({EPOCHFS_FAULTFS_BINARY, source, mountpoint}, mountpoint, "fuse.faultfs",
+              kMountTimeout) {
+  if (!daemon_.up()) {
+    FAIL("faultfs at " << mountpoint << " did not come up");
+  }
+}
+
+FaultFs::~FaultFs() {
+  if (daemon_.up()) {
+    // No checks here: a failed one would throw out of a destructor.
+    ::setxattr(mountpoint_.c_str(), "user.faultfs.release", "", 0, 0);
+    ::setxattr(mountpoint_.c_str(), "user.faultfs.rules", "", 0, 0);
+  }
+}
+
+bool FaultFs::try_set_rules(const std::string& rules) {
+  return ::setxattr(mountpoint_.c_str(), "user.faultfs.rules", rules.data(), rules.size(), 0) == 0;
+}
+
+void FaultFs::set_rules(const std::string& rules) { REQUIRE(try_set_rules(rules)); }
+
+void FaultFs::release() {
+  REQUIRE(::setxattr(mountpoint_.c_str(), "user.faultfs.release", "", 0, 0) == 0);
+}
+
+std::string FaultFs::stats() const {
+  std::string buf(1 << 20, '\0');
+  const ssize_t n = ::getxattr(mountpoint_.c_str(), "user.faultfs.stats", buf.data(), buf.size());
+  REQUIRE(n >= 0);
+  buf.resize(static_cast<size_t>(n));
+  return buf;
+}
+
 CommandResult run_epochfs(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {EPOCHFS_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());

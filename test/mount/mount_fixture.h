@@ -83,10 +83,42 @@ class SlowSource {
   tools::MountedDaemon daemon_;
 };
 
+// epochfs-faultfs serving source at mountpoint (tools/faultfs/faultfs.cc): rules set at run
+// time make chosen operations fail, wait, hang, read short or change the file. The destructor
+// releases hung requests, drops the rules and unmounts, like SlowSource.
+class FaultFs {
+ public:
+  FaultFs(const std::string& source, const std::string& mountpoint);
+  ~FaultFs();
+  FaultFs(const FaultFs&) = delete;
+  FaultFs& operator=(const FaultFs&) = delete;
+
+  const std::string& path() const { return mountpoint_; }
+
+  // Replaces the rules (a failed check if they do not parse).
+  void set_rules(const std::string& rules);
+  bool try_set_rules(const std::string& rules);
+
+  // Lets every hung request go on.
+  void release();
+
+  // The counters as JSON: {"injected": N, "paths": {"/f0": {"opens": .., "reads": .., "bytes":
+  // ..}}}.
+  std::string stats() const;
+
+ private:
+  std::string mountpoint_;
+  tools::MountedDaemon daemon_;
+};
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr
 };
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
 
 // Runs the epochfs binary with args and waits for it.
 CommandResult run_epochfs(const std::vector<std::string>& args);

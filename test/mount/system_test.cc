@@ -18,10 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 void make_small_source(const std::string& src) {
   fs::create_directories(src);
   std::ofstream(src + "/hello.txt") << "hello";
@@ -181,7 +177,8 @@ TEST_CASE("doctor on a healthy mount and on a stale one", "[mount][system]") {
   CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
 }
 
-TEST_CASE("--log-file gets timestamped lines, also in the background", "[mount][system]") {
+TEST_CASE("a log file given by --log-file gets timestamped lines, also in the background",
+          "[mount][system]") {
   TempDir dir;
   make_small_source(dir / "src");
   fs::create_directories(dir / "mnt");

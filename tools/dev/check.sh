@@ -17,9 +17,10 @@ backward() {  # backward MODULE PATTERN: MODULE must not include PATTERN
 backward cachestore 'prefetch|fusefs|tools'
 backward prefetch 'fusefs|tools'
 backward fusefs 'tools'
-# Only the adapter talks to libfuse (and the slow-storage test fixture, a FUSE program of its own).
+# Only the adapter talks to libfuse (and the test fixtures slowfs and faultfs, FUSE programs of
+# their own).
 if grep -nE '#include <fuse' -r cachestore prefetch fusefs tools --include='*.h' --include='*.cc' |
-    grep -v -e '^fusefs/fuse_ops.h:' -e '^tools/slowfs/slowfs.cc:'; then
+    grep -v -e '^fusefs/fuse_ops.h:' -e '^tools/slowfs/slowfs.cc:' -e '^tools/faultfs/faultfs.cc:'; then
   echo "check: only fusefs/fuse_ops.h may include libfuse" >&2
   status=1
 fi

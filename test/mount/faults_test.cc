@@ -1,0 +1,299 @@
+// Faults of the shared storage and of the cache disk (RELIABILITY.md, rows F and C), injected by
+// epochfs-faultfs: under each, every byte a reader gets is the source's, errors reach only the
+// files they belong to, and the mount stays live.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "cachestore/unique_fd.h"
+#include "test/mount/mount_fixture.h"
+#include "tools/dataset.h"
+#include "tools/read_bench.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kSize = 100'000;
+
+// Reads the whole file; the errno of the first failure, or 0.
+int read_errno(const std::string& path) {
+  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return errno;
+  }
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      return errno;
+    }
+    if (n == 0) {
+      return 0;
+    }
+  }
+}
+
+// Checks every byte of path through the mount against the file of the same name in truth.
+void check_bytes(const std::string& path, const std::string& truth) {
+  INFO(path);
+  check_same(path, truth);
+}
+
+uint64_t counter(const std::string& json, const std::string& path, const std::string& name) {
+  const std::string key = "\"" + path + "\": {";
+  const size_t at = json.find(key);
+  if (at == std::string::npos) {
+    return 0;
+  }
+  const size_t field = json.find("\"" + name + "\": ", at);
+  return std::stoull(json.substr(field + name.size() + 4));
+}
+
+}  // namespace
+
+TEST_CASE("faultfs fixture: rules fire, count down and are replaced", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 3, 1000);
+  FaultFs faults(dir / "data", dir / "faulty");
+  CHECK(read_errno(dir / "faulty/f0") == 0);
+  faults.set_rules("open /f0 errno=EIO count=2\nread /f1 errno=ESTALE\n");
+  CHECK(read_errno(dir / "faulty/f0") == EIO);
+  CHECK(read_errno(dir / "faulty/f0") == EIO);
+  CHECK(read_errno(dir / "faulty/f0") == 0);
+  CHECK(read_errno(dir / "faulty/f1") == ESTALE);
+  CHECK(read_errno(dir / "faulty/f2") == 0);
+  CHECK(counter(faults.stats(), "/f0", "opens") == 2);
+  INFO(faults.stats());
+  CHECK(contains(faults.stats(), "\"injected\": 3"));
+  CHECK_FALSE(faults.try_set_rules("open /f0 frobnicate\n"));
+  faults.set_rules("");
+  CHECK(read_errno(dir / "faulty/f1") == 0);
+}
+
+TEST_CASE("a source error reaches only its file, with its own errno", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 8, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  faults.set_rules(
+      "open /f1 errno=EIO\n"
+      "open /f2 errno=EACCES\n"
+      "read /f3 errno=EIO\n"
+      "open /f4 errno=ETIMEDOUT\n"
+      "open /f5 errno=ENOTCONN\n");
+  Mount mount(faults.path(), dir / "mnt");
+  CHECK(read_errno(mount / "f1") == EIO);
+  CHECK(read_errno(mount / "f2") == EACCES);
+  CHECK(read_errno(mount / "f3") == EIO);
+  CHECK(read_errno(mount / "f4") == ETIMEDOUT);
+  CHECK(read_errno(mount / "f5") == ENOTCONN);
+  for (const char* ok : {"f0", "f6", "f7"}) {
+    check_bytes(mount / ok, dir / "data/" + std::string(ok));
+  }
+  // Nothing half-read was kept: once the source is well, every file reads whole and right.
+  wait_for_staging(mount);
+  faults.set_rules("");
+  for (int i = 0; i < 8; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+}
+
+TEST_CASE("a copy that failed is made again at a later open", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 4, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt");
+  // The reader's own read works; the copy's second read of the file fails.
+  faults.set_rules("read /f0 errno=EIO count=1\n");
+  const int first = read_errno(mount / "f0");
+  CHECK((first == 0 || first == EIO));
+  wait_for_staging(mount);
+  check_bytes(mount / "f0", dir / "data/f0");
+  wait_for_staging(mount);
+  // Now a copy exists and serves it: the source is not read again.
+  const uint64_t opens = counter(faults.stats(), "/f0", "opens");
+  check_bytes(mount / "f0", dir / "data/f0");
+  CHECK(counter(faults.stats(), "/f0", "opens") == opens);
+}
+
+TEST_CASE("short reads from the source still give whole files", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 4, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  faults.set_rules("read /* short=1000\n");
+  Mount mount(faults.path(), dir / "mnt");
+  for (int i = 0; i < 4; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == 4);
+  for (int i = 0; i < 4; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+}
+
+TEST_CASE("many readers of one file being fetched share one source read", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 20, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  // Slow opens keep each file in flight while the readers pile up.
+  faults.set_rules("open /* delay=300\n");
+  Mount mount(faults.path(), dir / "mnt");
+  std::vector<std::thread> readers;
+  std::atomic<int> bad{0};
+  for (int r = 0; r < 16; ++r) {
+    readers.emplace_back([&, r] {
+      for (int k = 0; k < 20; ++k) {
+        const int i = (k + r) % 20;
+        const auto got = tools::file_digest(mount / ("f" + std::to_string(i)));
+        const auto want = tools::file_digest(dir / ("data/f" + std::to_string(i)));
+        if (!got.is_ok() || got.value() != want.value()) {
+          ++bad;
+        }
+      }
+    });
+  }
+  for (auto& t : readers) {
+    t.join();
+  }
+  CHECK(bad == 0);
+  wait_for_staging(mount);
+  const std::string stats = faults.stats();
+  INFO(stats);
+  for (int i = 0; i < 20; ++i) {
+    const std::string p = "/f" + std::to_string(i);
+    // 16 readers, each file read from the source by the first reader and its copy at most.
+    CHECK(counter(stats, p, "opens") <= 2);
+    CHECK(counter(stats, p, "bytes") <= 2 * kSize);
+  }
+}
+
+TEST_CASE("a hung source file holds up only its own readers", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 10, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt");
+  // f1..f9 cached first.
+  for (int i = 1; i < 10; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  faults.set_rules("open /f0 hang\nread /f0 hang\n");
+  auto hung = std::async(std::launch::async, [&] { return read_errno(mount / "f0"); });
+  CHECK(hung.wait_for(milliseconds(500)) == std::future_status::timeout);
+  // Meanwhile the cached files and the stats answer at once.
+  const auto start = Clock::now();
+  for (int i = 1; i < 10; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+  CHECK(read_file(mount / ".epochfs/stats").has_value());
+  CHECK(Clock::now() - start < seconds(5));
+  faults.release();
+  faults.set_rules("");
+  REQUIRE(hung.wait_for(seconds(10)) == std::future_status::ready);
+  CHECK(hung.get() == 0);
+  check_bytes(mount / "f0", dir / "data/f0");
+}
+
+TEST_CASE("an unreachable source: cached files are still served, never as empty",
+          "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 6, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt", {"--attr-timeout", "0.2"});
+  for (int i = 0; i < 3; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  faults.set_rules("any /* errno=ENOTCONN\n");
+  // Past the attribute timeout, the source cannot confirm the copies.
+  std::this_thread::sleep_for(milliseconds(400));
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    const auto bytes = read_file(mount / name);
+    if (bytes) {
+      // Whatever is served is the file, whole.
+      check_bytes(mount / name, dir / ("data/" + name));
+    } else {
+      CHECK((errno == ENOTCONN || errno == EIO));
+    }
+  }
+  // The source comes back: everything reads, without a remount.
+  faults.set_rules("");
+  for (int i = 0; i < 6; ++i) {
+    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+}
+
+TEST_CASE("a file changed while it is being copied is never served torn", "[mount][faults]") {
+  const char* how = GENERATE("append", "truncate", "rewrite");
+  INFO(how);
+  TempDir dir;
+  write_files(dir / "data", 2, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt", {"--attr-timeout", "0"});
+  // The second read of f0 (the copy's, after the reader's own) changes it underneath.
+  faults.set_rules(std::string("read /f0 mutate=") + how + " count=1\n");
+  (void)read_file(mount / "f0");
+  wait_for_staging(mount);
+  faults.set_rules("");
+  // Every later open gets the file as it now is in the source.
+  for (int k = 0; k < 3; ++k) {
+    check_bytes(mount / "f0", dir / "data/f0");
+    wait_for_staging(mount);
+  }
+}
+
+TEST_CASE("a failing cache disk slows reads down but never fails them", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 10, kSize);
+  fs::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()});
+  const auto read_all = [&] {
+    for (int i = 0; i < 10; ++i) {
+      check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+    }
+  };
+  std::string counter_name;
+  SECTION("writes fail") {
+    disk.set_rules("write /* errno=EIO\n");
+    counter_name = "cache.errors_io";
+  }
+  SECTION("the disk is full") {
+    disk.set_rules("write /* errno=ENOSPC\ncreate /* errno=ENOSPC\n");
+    counter_name = "cache.errors_no_space";
+  }
+  SECTION("reads of copies fail") {
+    read_all();
+    wait_for_staging(mount);
+    disk.set_rules("read /* errno=EIO\n");
+    counter_name = "cache.dropped_damaged";
+  }
+  for (int round = 0; round < 2; ++round) {
+    // From the disk, not the page cache: the reads reach the daemon and the copies.
+    REQUIRE(tools::drop_page_cache());
+    read_all();
+    wait_for_staging(mount);
+  }
+  INFO(read_file(mount / ".epochfs/stats").value_or(""));
+  CHECK(stat_of(mount, counter_name) > 0);
+  disk.set_rules("");
+}
+
+}  // namespace epochfs::test
