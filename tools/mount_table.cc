@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,12 +30,16 @@ std::string unescape_octal(const std::string& s) {
   return out;
 }
 
-}  // namespace
+struct MountEntry {
+  std::string devno;  // major:minor
+  std::string type;
+};
 
-std::optional<std::string> mount_type_at(const std::string& path) {
+// The mount on top at path, from /proc/self/mountinfo.
+std::optional<MountEntry> mount_at(const std::string& path) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
-  std::optional<std::string> found;
+  std::optional<MountEntry> found;
   while (std::getline(in, line)) {
     // id parent major:minor root mountpoint options [optional...] - fstype source superopts
     std::istringstream fields(line);
@@ -48,9 +53,37 @@ std::optional<std::string> mount_type_at(const std::string& path) {
     }
     std::string type;
     fields >> type;
-    found = type;  // the last one listed is the one on top
+    found = MountEntry{devno, type};  // the last one listed is the one on top
   }
   return found;
+}
+
+}  // namespace
+
+std::optional<std::string> mount_type_at(const std::string& path) {
+  auto entry = mount_at(path);
+  return entry ? std::optional<std::string>(entry->type) : std::nullopt;
+}
+
+std::optional<unsigned> fuse_connection_at(const std::string& path) {
+  auto entry = mount_at(path);
+  if (!entry || entry->type.rfind("fuse", 0) != 0 || entry->devno.rfind("0:", 0) != 0) {
+    return std::nullopt;
+  }
+  return static_cast<unsigned>(std::stoul(entry->devno.substr(2)));
+}
+
+bool abort_fuse_connection(unsigned connection) {
+  const std::string dir = "/sys/fs/fuse/connections";
+  struct stat st;
+  if (::stat((dir + "/" + std::to_string(connection)).c_str(), &st) != 0) {
+    // fusectl is not mounted yet.
+    ::mount("fusectl", dir.c_str(), "fusectl", 0, nullptr);
+  }
+  std::ofstream abort(dir + "/" + std::to_string(connection) + "/abort");
+  abort << "1";
+  abort.flush();
+  return static_cast<bool>(abort);
 }
 
 std::string absolute_path(const std::string& path) {

@@ -10,6 +10,15 @@ namespace epochfs::tools {
 // path is not a mount point. path must be absolute and canonical.
 std::optional<std::string> mount_type_at(const std::string& path);
 
+// The FUSE connection number of the mount at path (its device's minor), or nullopt if path is
+// not a FUSE mount. Read from the mount table: it never touches the mount itself.
+std::optional<unsigned> fuse_connection_at(const std::string& path);
+
+// Aborts a FUSE connection through fusectl (mounted at /sys/fs/fuse/connections if it is not):
+// every request waiting on it fails with ENOTCONN at once, even with a daemon that no longer
+// answers. The kernel's "always works" way out of a hung mount; needs root.
+bool abort_fuse_connection(unsigned connection);
+
 // True if a FUSE mount at path has lost its daemon: the kernel answers ENOTCONN. Asked with
 // statfs, which the kernel never answers from its caches (a stat may be).
 bool is_dead_mount(const std::string& path);

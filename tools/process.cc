@@ -80,6 +80,8 @@ bool wait_for_mount(const std::string& path, const std::string& fstype, pid_t pi
 
 std::optional<int> stop_mount(const std::string& path, pid_t pid,
                               std::chrono::milliseconds timeout) {
+  // Known before the unmount: afterwards the path no longer leads to the connection.
+  const auto connection = fuse_connection_at(path);
   if (mount_type_at(path)) {
     if (umount2(path.c_str(), 0) != 0) {
       umount2(path.c_str(), MNT_DETACH);
@@ -90,6 +92,10 @@ std::optional<int> stop_mount(const std::string& path, pid_t pid,
   }
   auto code = wait_exit(pid, timeout);
   if (!code) {
+    // A daemon stuck on a request may not even die of SIGKILL until its connection ends.
+    if (connection) {
+      abort_fuse_connection(*connection);
+    }
     kill(pid, SIGKILL);
     wait_exit(pid, timeout);
     if (mount_type_at(path)) {

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "tools/dataset.h"
+#include "tools/process.h"
 #include "tools/read_bench.h"
 
 namespace epochfs::test {
@@ -53,6 +56,19 @@ int read_errno(const std::string& path) {
 void check_bytes(const std::string& path, const std::string& truth) {
   INFO(path);
   check_same(path, truth);
+}
+
+// Threads of this test process in uninterruptible sleep (stuck in a filesystem request).
+int threads_in_d_state() {
+  int stuck = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    stuck += paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'D';
+  }
+  return stuck;
 }
 
 uint64_t counter(const std::string& json, const std::string& path, const std::string& name) {
@@ -294,6 +310,33 @@ TEST_CASE("a failing cache disk slows reads down but never fails them", "[mount]
   INFO(read_file(mount / ".epochfs/stats").value_or(""));
   CHECK(stat_of(mount, counter_name) > 0);
   disk.set_rules("");
+}
+
+TEST_CASE("a mount over a hung source is torn down, and its reader released", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 2, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  faults.set_rules("open /f0 hang\n");
+  auto mount = std::make_unique<Mount>(faults.path(), dir / "mnt");
+  // A reader process stuck in open(): the daemon's request waits on the hung source.
+  const pid_t reader = fork();
+  if (reader == 0) {
+    const int fd = ::open((dir / "mnt/f0").c_str(), O_RDONLY);
+    _exit(fd < 0 ? errno : 0);
+  }
+  REQUIRE(reader > 0);
+  std::this_thread::sleep_for(milliseconds(300));
+  REQUIRE(tools::wait_exit(reader, milliseconds(10)) == std::nullopt);
+  // Teardown: unmount, detach, then abort the connection and kill the daemon.
+  const auto start = Clock::now();
+  mount.reset();
+  CHECK(Clock::now() - start < seconds(30));
+  CHECK_FALSE(is_mounted(dir / "mnt"));
+  // The reader got an error instead of staying stuck (in D state) forever.
+  const auto code = tools::wait_exit(reader, seconds(5));
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  CHECK(threads_in_d_state() == 0);
 }
 
 }  // namespace epochfs::test

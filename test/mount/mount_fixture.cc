@@ -253,6 +253,22 @@ double stat_of(const Mount& mount, const std::string& key) {
   return *v;
 }
 
+int publish(const Mount& mount, const std::string& text, const std::string& name) {
+  const std::string path = mount / (".epochfs/" + name);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return errno;
+  }
+  int err = 0;
+  if (!text.empty() && ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    err = errno;
+  }
+  if (::close(fd) != 0 && err == 0) {
+    err = errno;
+  }
+  return err;
+}
+
 void wait_for_staging(const Mount& mount) {
   for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -135,6 +135,10 @@ std::optional<std::string> read_file(const std::string& path);
 // A number in the mount's .epochfs/stats (a failed check if absent).
 double stat_of(const Mount& mount, const std::string& key);
 
+// Writes text into <mount>/.epochfs/name and closes it; the errno of the write or the close
+// (0 when the order was published).
+int publish(const Mount& mount, const std::string& text, const std::string& name = "order");
+
 // Waits until the mount has no copy queued or running (staging is asynchronous).
 void wait_for_staging(const Mount& mount);
 

@@ -60,24 +60,6 @@ std::string order_text(const Order& order, const std::string& header = "") {
   return text;
 }
 
-// Writes text into <mount>/.epochfs/name and closes it; the errno of the write or the close
-// (0 when the order was published).
-int publish(const Mount& mount, const std::string& text, const std::string& name = "order") {
-  const std::string path = mount / (".epochfs/" + name);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return errno;
-  }
-  int err = 0;
-  if (!text.empty() && ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    err = errno;
-  }
-  if (::close(fd) != 0 && err == 0) {
-    err = errno;
-  }
-  return err;
-}
-
 std::string text_of(const Mount& mount, const std::string& key) {
   auto doc = tools::read_stats(mount.path());
   REQUIRE(doc.has_value());

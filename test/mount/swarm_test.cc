@@ -1,0 +1,192 @@
+// Load (RELIABILITY.md, rows L): swarms of reader processes, as DataLoader workers, reading
+// published epochs through a mount, every byte checked, a watchdog on each reader; the stats
+// read at 10 Hz meanwhile; readers of cached files while the source is slow.
+#include "tools/swarm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "test/mount/mount_fixture.h"
+#include "tools/dataset.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct Dataset {
+  std::vector<std::string> paths;  // relative to the root
+  std::vector<uint64_t> digests;
+};
+
+Dataset make_files(const std::string& root, size_t files, double mean_bytes) {
+  tools::DatasetSpec spec;
+  spec.num_files = files;
+  spec.num_classes = std::max<size_t>(1, files / 100);
+  spec.mean_file_bytes = mean_bytes;
+  Dataset d;
+  auto paths = tools::make_dataset(root, spec);
+  REQUIRE(paths.is_ok());
+  d.paths = std::move(paths).value();
+  for (const auto& p : d.paths) {
+    auto digest = tools::file_digest(root + "/" + p);
+    REQUIRE(digest.is_ok());
+    d.digests.push_back(digest.value());
+  }
+  return d;
+}
+
+// The epoch's shuffled order: indices into the dataset.
+std::vector<size_t> shuffled(size_t n, uint64_t seed) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  return order;
+}
+
+std::string order_text(const Dataset& d, const std::vector<size_t>& order, uint64_t epoch) {
+  std::string text =
+      "#epoch " + std::to_string(epoch) + "\n#count " + std::to_string(order.size()) + "\n";
+  for (size_t i : order) {
+    text += d.paths[i] + "\n";
+  }
+  return text;
+}
+
+tools::SwarmSpec swarm_over(const Mount& mount, const Dataset& d, const std::vector<size_t>& order,
+                            unsigned processes) {
+  tools::SwarmSpec spec;
+  spec.processes = processes;
+  for (size_t i : order) {
+    spec.paths.push_back(mount / d.paths[i]);
+    spec.digests.push_back(d.digests[i]);
+  }
+  return spec;
+}
+
+void check_clean(const tools::SwarmResult& r, size_t files) {
+  std::string problems;
+  for (const auto& p : r.problems) {
+    problems += p + "\n";
+  }
+  INFO(problems);
+  CHECK_FALSE(r.stalled);
+  CHECK(r.wrong == 0);
+  CHECK(r.errors == 0);
+  CHECK(r.files == files);
+}
+
+// Reads the stats at 10 Hz until stopped: every document parses, and the counters only grow.
+class StatsPoller {
+ public:
+  explicit StatsPoller(const Mount& mount) : thread_([this, path = mount.path()] { poll(path); }) {}
+
+  ~StatsPoller() { stop(); }
+
+  void stop() {
+    done_ = true;
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+  int reads = 0;
+  int unparsable = 0;
+  int went_back = 0;
+
+ private:
+  void poll(const std::string& mountpoint) {
+    double last_opens = 0;
+    while (!done_) {
+      auto doc = tools::read_stats(mountpoint);
+      ++reads;
+      if (!doc || !doc->number("opens")) {
+        ++unparsable;
+      } else {
+        went_back += *doc->number("opens") < last_opens ? 1 : 0;
+        last_opens = *doc->number("opens");
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  }
+
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("swarms of readers over published epochs: every byte right, none stuck",
+          "[mount][swarm]") {
+  TempDir dir;
+  const size_t kFiles = 3000;
+  const Dataset d = make_files(dir / "data", kFiles, 32 * 1024);
+  Mount mount(dir / "data", dir / "mnt");
+  uint64_t bytes_verified = 0;
+  // The stats read at 10 Hz all along.
+  StatsPoller poller(mount);
+  // Epoch 0 with 16 readers: files come from the source and are staged ahead.
+  const auto epoch0 = shuffled(kFiles, 1);
+  REQUIRE(publish(mount, order_text(d, epoch0, 0)) == 0);
+  const auto r0 = tools::run_swarm(swarm_over(mount, d, epoch0, 16));
+  check_clean(r0, kFiles);
+  bytes_verified += r0.bytes;
+  wait_for_staging(mount);
+  // Epoch 1 with 64 readers: all from the cache.
+  const auto epoch1 = shuffled(kFiles, 2);
+  REQUIRE(publish(mount, order_text(d, epoch1, 1)) == 0);
+  const double hits_before = stat_of(mount, "hits");
+  const auto r1 = tools::run_swarm(swarm_over(mount, d, epoch1, 64));
+  poller.stop();
+  check_clean(r1, kFiles);
+  bytes_verified += r1.bytes;
+  CHECK((stat_of(mount, "hits") - hits_before) / kFiles >= 0.99);
+  CHECK(stat_of(mount, "hits") + stat_of(mount, "misses") == stat_of(mount, "opens"));
+  CHECK(stat_of(mount, "opens") == 2 * kFiles);
+  CHECK(poller.reads >= 3);
+  CHECK(poller.unparsable == 0);
+  CHECK(poller.went_back == 0);
+  WARN("verified " << bytes_verified << " bytes in " << 2 * kFiles << " reads; longest wait "
+                   << std::max(r0.longest_wait_s, r1.longest_wait_s) << " s");
+}
+
+TEST_CASE("readers of cached files are not held up by a slow source", "[mount][swarm]") {
+  TempDir dir;
+  const Dataset d = make_files(dir / "data", 200, 32 * 1024);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt");
+  // The first 100 files cached; the other 100 then take 2 s per open at the source.
+  std::vector<size_t> cached(100);
+  std::iota(cached.begin(), cached.end(), size_t{0});
+  check_clean(tools::run_swarm(swarm_over(mount, d, cached, 8)), 100);
+  wait_for_staging(mount);
+  std::string rules;
+  for (size_t i = 100; i < 200; ++i) {
+    rules += "open /" + d.paths[i] + " delay=2000\n";
+  }
+  faults.set_rules(rules);
+  // 32 readers stuck on slow files (more than libfuse's default of 10 workers) ...
+  std::vector<size_t> slow(100);
+  std::iota(slow.begin(), slow.end(), size_t{100});
+  auto slow_spec = swarm_over(mount, d, slow, 32);
+  std::thread slow_readers([&] { check_clean(tools::run_swarm(slow_spec), 100); });
+  std::this_thread::sleep_for(milliseconds(300));
+  // ... while 8 readers read the cached files: each file within well under the source's 2 s.
+  auto fast_spec = swarm_over(mount, d, cached, 8);
+  fast_spec.stall_limit = milliseconds(1500);
+  const auto fast = tools::run_swarm(fast_spec);
+  slow_readers.join();
+  check_clean(fast, 100);
+  CHECK(fast.longest_wait_s < 1.0);
+}
+
+}  // namespace epochfs::test
