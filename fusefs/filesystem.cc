@@ -236,6 +236,13 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   }
   auto file = engine_.open_file(path.value());
   if (!file.is_ok()) {
+    if (file.error_code() == EACCES && geteuid() == 0) {
+      // Root is refused by permissions only where the server maps it to nobody.
+      cachestore::log(cachestore::LogLevel::kWarning,
+                      "the source refused root: %s (an NFS export with root_squash? mount as a "
+                      "user who can read the data)",
+                      file.status().to_string().c_str());
+    }
     return stale_if_gone(file.status());
   }
   const bool unchanged = inodes_.note_version(id, file.value().version);

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "cachestore/log.h"
 #include "cachestore/unique_fd.h"
 #include "tools/commands.h"
@@ -87,6 +89,31 @@ bool check_mountpoint(const std::string& mountpoint) {
   return true;
 }
 
+// True if path is dir or below it, symlinks resolved as far as the paths exist.
+bool is_within(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  const std::string p = std::filesystem::weakly_canonical(path, ec).string();
+  const std::string d = std::filesystem::weakly_canonical(dir, ec).string();
+  return p == d || p.rfind(d + "/", 0) == 0;
+}
+
+// Copies inside the source would be served as part of the dataset (and written to shared
+// storage); inside the mountpoint they would vanish under the mount.
+bool check_cache_place(const fusefs::MountOptions& o) {
+  if (o.cache.capacity_bytes == 0) {
+    return true;
+  }
+  if (is_within(o.cache.root, o.source)) {
+    return fail("--cache-dir %s is inside the source %s: put it on a local disk outside it",
+                o.cache.root.c_str(), o.source.c_str());
+  }
+  if (is_within(o.cache.root, o.mountpoint)) {
+    return fail("--cache-dir %s is inside the mountpoint %s: the mount would hide it",
+                o.cache.root.c_str(), o.mountpoint.c_str());
+  }
+  return true;
+}
+
 }  // namespace
 
 int cmd_mount(fusefs::MountOptions options) {
@@ -101,7 +128,7 @@ int cmd_mount(fusefs::MountOptions options) {
     options.cache.root = absolute_path(options.cache.root);
   }
   if (!check_source(options.source) || !check_mountpoint(options.mountpoint) ||
-      !check_fuse_device()) {
+      !check_cache_place(options) || !check_fuse_device()) {
     return 1;
   }
   if (options.debug) {

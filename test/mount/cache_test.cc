@@ -13,9 +13,11 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include <catch2/catch.hpp>
 
+#include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
 #include "tools/dataset.h"
@@ -132,6 +134,85 @@ TEST_CASE("a file deleted in the source is gone, not served from the cache", "[m
   errno = 0;
   CHECK_FALSE(read_file(mount / "f0").has_value());
   CHECK(errno == ENOENT);
+}
+
+TEST_CASE("a rewrite that puts the old mtime back, or a rename over the file, is seen",
+          "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 50000);
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "0"});
+  check_same(mount / "f0", dir / "src/f0");
+  wait_for_staging(mount);
+  const std::string f0 = dir / "src/f0";
+  SECTION("same size, other bytes, the old mtime restored (cp -p, rsync -t)") {
+    struct stat before;
+    REQUIRE(::stat(f0.c_str(), &before) == 0);
+    REQUIRE(tools::write_content_file(f0, 0, 2, 50000).is_ok());
+    const timespec times[2] = {before.st_atim, before.st_mtim};
+    REQUIRE(::utimensat(AT_FDCWD, f0.c_str(), times, 0) == 0);
+    struct stat after;
+    REQUIRE(::stat(f0.c_str(), &after) == 0);
+    REQUIRE(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+  }
+  SECTION("a new file renamed over it (a new inode)") {
+    REQUIRE(tools::write_content_file(f0 + ".new", 0, 2, 50000).is_ok());
+    REQUIRE(::rename((f0 + ".new").c_str(), f0.c_str()) == 0);
+  }
+  check_same(mount / "f0", f0);
+  CHECK(stat_of(mount, "cache.dropped_stale") == 1);
+}
+
+TEST_CASE("a file deleted in the source while open reads on to its end", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 300'000);
+  Mount mount(dir / "src", dir / "mnt");
+  const auto want = read_file(dir / "src/f0");
+  // f1 from its cached copy, f0 from the source.
+  check_same(mount / "f1", dir / "src/f1");
+  wait_for_staging(mount);
+  const auto want1 = read_file(dir / "src/f1");
+  REQUIRE(tools::drop_page_cache());
+  for (const auto& [name, bytes] : {std::pair{"f0", want}, std::pair{"f1", want1}}) {
+    INFO(name);
+    cachestore::UniqueFd fd(::open((mount / name).c_str(), O_RDONLY | O_CLOEXEC));
+    REQUIRE(fd.valid());
+    std::string got(100'000, '\0');
+    REQUIRE(::read(fd.get(), got.data(), got.size()) == 100'000);
+    fs::remove(dir / ("src/" + std::string(name)));
+    std::string rest(300'000, '\0');
+    ssize_t n = 0;
+    size_t total = 0;
+    while ((n = ::pread(fd.get(), rest.data() + total, rest.size() - total,
+                        static_cast<off_t>(100'000 + total))) > 0) {
+      total += static_cast<size_t>(n);
+    }
+    got += rest.substr(0, total);
+    CHECK(got == *bytes);
+  }
+}
+
+TEST_CASE("the cache directory removed while mounted costs copies, not reads", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 10, 50000);
+  Mount mount(dir / "src", dir / "mnt");
+  for (int i = 0; i < 10; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  const std::string cache_dir = tools::read_stats(mount.path())->values["cache.dir"];
+  REQUIRE_FALSE(cache_dir.empty());
+  SECTION("removed") { fs::remove_all(cache_dir); }
+  SECTION("renamed away") { fs::rename(cache_dir, dir / "moved"); }
+  SECTION("made unreadable") { fs::permissions(cache_dir, fs::perms::none); }
+  REQUIRE(tools::drop_page_cache());
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 10; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+    }
+  }
+  CHECK(::kill(mount.pid(), 0) == 0);
+  CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+  CHECK(mount.wait_exit() == 0);
 }
 
 TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount][cache]") {

@@ -339,4 +339,20 @@ TEST_CASE("a mount over a hung source is torn down, and its reader released", "[
   CHECK(threads_in_d_state() == 0);
 }
 
+TEST_CASE("a source that refuses root gives EACCES and a hint", "[mount][faults]") {
+  TempDir dir;
+  write_files(dir / "data", 3, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  faults.set_rules("open /f1 errno=EACCES uid=0\n");
+  Mount mount(faults.path(), dir / "mnt", {"--log-file", dir / "log"});
+  CHECK(read_errno(mount / "f1") == EACCES);
+  CHECK(read_errno(mount / "f1") == EACCES);
+  check_bytes(mount / "f0", dir / "data/f0");
+  const std::string log = read_file(dir / "log").value_or("");
+  INFO(log);
+  CHECK(contains(log,
+                 "the source refused root: open f1: Permission denied (an NFS export with "
+                 "root_squash?"));
+}
+
 }  // namespace epochfs::test

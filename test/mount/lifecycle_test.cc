@@ -1,6 +1,7 @@
 // Mounting, unmounting and the daemon's life: clear errors, clean exits, no leftovers.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
+#include "test/mount/source_tree.h"
+#include "tools/mount_table.h"
 #include "tools/process.h"
 
 namespace epochfs::test {
@@ -52,15 +55,104 @@ TEST_CASE("the daemon exits 0 after unmount and after SIGTERM or SIGINT", "[moun
     CHECK(mount.wait_exit() == 0);
     CHECK_FALSE(is_mounted(mount.path()));
   }
-  for (int sig : {SIGTERM, SIGINT}) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
     DYNAMIC_SECTION("signal " << sig) {
       Mount mount(dir / "src", dir / "mnt");
       CHECK(read_file(mount / "hello.txt") == "hello");
       REQUIRE(kill(mount.pid(), sig) == 0);
+      // A second signal while the first is being handled changes nothing.
+      kill(mount.pid(), sig);
       CHECK(mount.wait_exit() == 0);
       CHECK_FALSE(is_mounted(mount.path()));
+      // Its cache directory went with it.
+      CHECK((!fs::exists(mount.cache_root()) || fs::is_empty(mount.cache_root())));
     }
   }
+}
+
+TEST_CASE("an unmount from outside or an aborted connection ends the daemon cleanly",
+          "[mount][lifecycle]") {
+  TempDir dir;
+  write_files(dir / "src", 200, 50'000);
+  Mount mount(dir / "src", dir / "mnt");
+  // Staging is busy: an order of every file.
+  std::string order;
+  for (int i = 0; i < 200; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  REQUIRE(publish(mount, order) == 0);
+  CHECK(read_file(mount / "f0").has_value());
+  SECTION("fusermount3 -u") {
+    CHECK(run_command({"fusermount3", "-u", mount.path()}).exit_code == 0);
+  }
+  SECTION("umount") { CHECK(run_command({"umount", mount.path()}).exit_code == 0); }
+  SECTION("the connection aborted through fusectl, under an open file") {
+    cachestore::UniqueFd open_file(::open((mount / "f1").c_str(), O_RDONLY | O_CLOEXEC));
+    REQUIRE(open_file.valid());
+    const auto connection = tools::fuse_connection_at(mount.path());
+    REQUIRE(connection.has_value());
+    REQUIRE(tools::abort_fuse_connection(*connection));
+    char buf[16];
+    CHECK(::read(open_file.get(), buf, sizeof(buf)) == -1);
+    CHECK(errno == ENOTCONN);
+    CHECK(::umount2(mount.path().c_str(), MNT_DETACH) == 0);
+  }
+  CHECK(mount.wait_exit() == 0);
+  CHECK_FALSE(is_mounted(mount.path()));
+  CHECK((!fs::exists(mount.cache_root()) || fs::is_empty(mount.cache_root())));
+}
+
+TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::create_directories(dir / "mnt");
+  std::ofstream(dir / "a-file") << "x";
+  fs::create_directories(dir / "ro");
+  REQUIRE(::mount("tmpfs", (dir / "ro").c_str(), "tmpfs", MS_RDONLY, "size=1M") == 0);
+
+  struct Case {
+    std::string cache_dir;
+    std::string says;
+  };
+
+  const std::vector<Case> cases = {
+      {dir / "a-file", "cannot use the cache directory"},
+      {dir / "ro/cache", "cannot use the cache directory"},
+      {dir / "src/cache", "inside the source"},
+      {dir / "src", "inside the source"},
+      {dir / "mnt/cache", "inside the mountpoint"},
+  };
+  for (const auto& c : cases) {
+    const auto before = list_tree(dir.path());
+    const CommandResult r =
+        run_epochfs({"mount", dir / "src", dir / "mnt", "--cache-dir", c.cache_dir});
+    INFO(c.cache_dir << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.output, c.says));
+    CHECK_FALSE(is_mounted(dir / "mnt"));
+    // Nothing was made.
+    CHECK(list_tree(dir.path()) == before);
+  }
+  ::umount2((dir / "ro").c_str(), MNT_DETACH);
+}
+
+TEST_CASE("without --allow-other, other users reach nothing, stats included",
+          "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::permissions(dir.path(),
+                  fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  Mount mount(dir / "src", dir / "mnt");
+  const auto open_as_nobody = [](const std::string& path) {
+    return run_as_nobody([&] {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      return fd < 0 ? errno : 0;
+    });
+  };
+  CHECK(open_as_nobody(mount / "hello.txt") == EACCES);
+  CHECK(open_as_nobody(mount / ".epochfs/stats") == EACCES);
+  CHECK(open_as_nobody(mount / ".epochfs/metrics") == EACCES);
+  CHECK(read_file(mount / "hello.txt") == "hello");
 }
 
 TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecycle]") {
