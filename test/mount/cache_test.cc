@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -344,6 +346,110 @@ TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][
     CHECK(stat_of(mount, "misses") == 80);
   }
   fs::remove(disk.path + "/filler");
+}
+
+namespace {
+
+// An ext4 image on a loop device as the cache disk; unmounted (which frees the loop device)
+// even if the test fails.
+struct LoopDisk {
+  std::string path;
+
+  LoopDisk(const std::string& image, const std::string& p, uintmax_t bytes,
+           const std::vector<std::string>& mkfs_options = {})
+      : path(p) {
+    std::ofstream(image).close();
+    fs::resize_file(image, bytes);
+    std::vector<std::string> mkfs = {"mkfs.ext4", "-qF"};
+    mkfs.insert(mkfs.end(), mkfs_options.begin(), mkfs_options.end());
+    mkfs.push_back(image);
+    REQUIRE(run_command(mkfs).exit_code == 0);
+    fs::create_directories(path);
+    REQUIRE(run_command({"mount", "-o", "loop", image, path}).exit_code == 0);
+  }
+
+  ~LoopDisk() {
+    if (::umount2(path.c_str(), 0) != 0) {
+      ::umount2(path.c_str(), MNT_DETACH);
+    }
+  }
+
+  LoopDisk(const LoopDisk&) = delete;
+  LoopDisk& operator=(const LoopDisk&) = delete;
+};
+
+size_t lines_containing(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a cache disk smaller than the dataset, and filled by another program, keeps its "
+    "reserve",
+    "[mount][cache]") {
+  TempDir dir;
+  // mountpoint-s3's figures: a 128 MiB disk, 200 MiB read through it.
+  write_files(dir / "src", 400, 500 * 1024);
+  LoopDisk disk(dir / "disk.img", dir / "disk", 128 << 20);
+  Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path, "--log-file", dir / "log"});
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < 400; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+      if (pass == 1 && i == 200) {
+        // Another program takes 5 MiB of the disk mid-epoch, eating into the reserve: epochfs
+        // must evict to give it back.
+        CHECK(run_command({"fallocate", "-l", "5M", disk.path + "/other"}).exit_code == 0);
+      }
+    }
+    wait_for_staging(mount);
+    struct statvfs st;
+    REQUIRE(::statvfs(disk.path.c_str(), &st) == 0);
+    const double free_share = static_cast<double>(st.f_bavail) / static_cast<double>(st.f_blocks);
+    INFO("pass " << pass << ": free " << free_share);
+    // The 5% reserve, within mountpoint-s3's tolerance of 2% of the disk.
+    CHECK(free_share >= 0.03);
+  }
+  CHECK(stat_of(mount, "cache.evictions") > 0);
+  // A full disk is logged a few times, not once per copy.
+  const std::string log = read_file(dir / "log").value_or("");
+  INFO(log);
+  CHECK(lines_containing(log, "cache:") <= 12);
+}
+
+TEST_CASE("a cache disk out of inodes falls back to the source", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 600, 2048);
+  LoopDisk disk(dir / "disk.img", dir / "disk", 32 << 20, {"-N", "256"});
+  Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path});
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < 600; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+    }
+    wait_for_staging(mount);
+  }
+  CHECK(stat_of(mount, "cache.files_cached") > 0);
+  CHECK(stat_of(mount, "cache.files_cached") < 256);
+}
+
+TEST_CASE("a cache disk that reports no inode counts still caches", "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 20, 50000);
+  fs::create_directories(dir / "disk");
+  REQUIRE(::mount("tmpfs", (dir / "disk").c_str(), "tmpfs", 0, "size=16m,nr_inodes=0") == 0);
+  {
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "disk"});
+    for (int i = 0; i < 20; ++i) {
+      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
+    }
+    wait_for_staging(mount);
+    CHECK(stat_of(mount, "cache.files_cached") == 20);
+  }
+  ::umount2((dir / "disk").c_str(), MNT_DETACH);
 }
 
 TEST_CASE("a cache directory left by a killed daemon is removed at the next mount",
