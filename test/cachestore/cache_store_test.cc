@@ -18,10 +18,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <xxhash.h>
+
+#include <rapidcheck/catch.h>
 
 namespace epochfs::cachestore {
 namespace {
@@ -864,6 +867,118 @@ TEST_CASE("CacheStore keeps the free-space reserve against concurrent stagings",
   CHECK(free_bytes >= 128 * 1024);
   CHECK_FALSE(b_admitted);
   store.reset();
+}
+
+// --- A stateful property test against a reference model (RELIABILITY.md, M1) ---------------
+
+namespace {
+
+// One step of the sequence RapidCheck draws: kind, file, size in blocks.
+enum class Step { kChangeSource, kStage, kOpen, kClose, kDrop };
+
+struct ModelFile {
+  Source source;  // the file as it is now in the source
+  uint32_t generation = 0;
+};
+
+struct Reader {
+  FileId id;
+  UniqueFd fd;
+  std::string expected;
+};
+
+// What the store must do, whatever it evicts: a hit is the source's current version byte for
+// byte, a file never staged at this version is a miss, an open copy keeps its bytes until it
+// is closed, and the disk space charged and used stays under the capacity.
+void run_steps(const std::vector<std::tuple<uint8_t, uint8_t, uint8_t>>& steps) {
+  constexpr FileId kFiles = 6;
+  Scratch t;
+  const uint64_t block = block_size_of(t.cache());
+  const uint64_t capacity = 6 * block;
+  auto store = open_store(t.cache(), capacity);
+  std::vector<ModelFile> files(kFiles);
+  std::vector<std::optional<uint32_t>> staged(kFiles);  // generation staged last, if any
+  std::vector<Reader> readers;
+  const auto rewrite = [&](FileId id, uint64_t blocks) {
+    ModelFile& f = files[id];
+    ++f.generation;
+    const std::string rel = "f" + std::to_string(id);
+    // A new inode each time: the version changes even within one clock tick.
+    const Source fresh = make_source(t.src(), rel + ".new",
+                                     random_bytes(blocks * block - 7, id * 1000 + f.generation));
+    fs::rename(t.src() / (rel + ".new"), t.src() / rel);
+    f.source.rel = rel;
+    f.source.content = fresh.content;
+    f.source.fd.reset(::open((t.src() / rel).c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    RC_ASSERT(::fstat(f.source.fd.get(), &st) == 0);
+    f.source.version = FileVersion::of(st);
+  };
+  for (FileId id = 0; id < kFiles; ++id) {
+    rewrite(id, 1 + id % 3);
+  }
+  for (const auto& [kind_byte, file_byte, size_byte] : steps) {
+    const auto kind = static_cast<Step>(kind_byte % 5);
+    const FileId id = file_byte % kFiles;
+    ModelFile& f = files[id];
+    switch (kind) {
+      case Step::kChangeSource:
+        rewrite(id, 1 + size_byte % 3);
+        break;
+      case Step::kStage:
+        if (stage(*store, id, f.source)) {
+          staged[id] = f.generation;
+        }
+        break;
+      case Step::kOpen: {
+        auto fd = store->open_copy(id, f.source.version);
+        if (!fd) {
+          break;
+        }
+        // Only a copy of this very version may be served.
+        RC_ASSERT(staged[id] == std::optional<uint32_t>(f.generation));
+        RC_ASSERT(read_all(fd->get()) == f.source.content);
+        readers.push_back({id, std::move(*fd), f.source.content});
+        break;
+      }
+      case Step::kClose:
+        if (!readers.empty()) {
+          Reader& r = readers.front();
+          // Evictions and drops while it was open took nothing from it.
+          RC_ASSERT(read_all(r.fd.get()) == r.expected);
+          r.fd.reset();
+          store->unpin(r.id);
+          readers.erase(readers.begin());
+        }
+        break;
+      case Step::kDrop:
+        store->drop(id);
+        staged[id].reset();
+        break;
+    }
+    const CacheStats st = store->stats();
+    RC_ASSERT(st.used_bytes <= capacity);
+    uint64_t on_disk = 0;
+    for (const auto& p : files_in(*store)) {
+      on_disk += round_to_blocks(fs::file_size(p), block);
+    }
+    RC_ASSERT(on_disk <= capacity);
+  }
+  for (auto& r : readers) {
+    RC_ASSERT(read_all(r.fd.get()) == r.expected);
+    r.fd.reset();
+    store->unpin(r.id);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CacheStore agrees with a reference model over random sequences", "[cache_store]") {
+  rc::prop("hits are the current version, open copies keep their bytes, usage <= capacity", [] {
+    const auto steps = *rc::gen::container<std::vector<std::tuple<uint8_t, uint8_t, uint8_t>>>(
+        rc::gen::arbitrary<std::tuple<uint8_t, uint8_t, uint8_t>>());
+    run_steps(steps);
+  });
 }
 
 }  // namespace epochfs::cachestore
