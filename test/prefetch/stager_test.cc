@@ -40,6 +40,7 @@ TEST_CASE("copies a reader waits for run before queued prefetch copies", "[stage
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   REQUIRE(stager.pending() == 0);
+  std::lock_guard<std::mutex> lock(mu);  // the jobs wrote it on the stager's thread
   CHECK(ran == std::vector<std::string>{"demand", "prefetch 1", "prefetch 2"});
 }
 

@@ -4,8 +4,9 @@
 #                                      build/demo.png)
 #   tools/dev/run.sh test              check formatting and layering, then build and run the
 #                                      whole test suite twice: Release with -Werror (preset ci)
-#                                      and ASan+UBSan (preset asan), fuzzing the shuffle-file
-#                                      parser for 30 s (libFuzzer, clang) in between
+#                                      and ASan+UBSan (preset asan; all but two slow load tests),
+#                                      fuzzing the shuffle-file parser for 30 s (libFuzzer, clang)
+#                                      in between; then the concurrency tests under TSan
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -48,6 +49,18 @@ fuzz_parser() {
   return "$status"
 }
 
+# The concurrency tests under ThreadSanitizer: the unit tests, and the mount tests with many
+# readers, faults and churn (RELIABILITY.md L1, L3, L4, F4-F7, C5, C7). A report aborts the
+# process it is in (halt_on_error): a test binary fails, or a daemon dies under its mount and
+# the mount test fails. test/tsan.supp says why one kind of report is not a race.
+tsan_tests() {
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/test/tsan.supp"
+  build/tsan/test/cachestore_tests
+  build/tsan/test/prefetch_tests
+  build/tsan/test/fusefs_tests
+  build/tsan/test/mount_tests "[swarm],[faults],a same-size rewrite*,a cached copy damaged*,a dataset 3x the cache*"
+}
+
 case "${1:-}" in
   demo)
     install_missing
@@ -67,6 +80,8 @@ case "${1:-}" in
     fuzz_parser 30
     build asan
     ctest --preset asan
+    build tsan
+    tsan_tests
     ;;
   *)
     echo "usage: $0 demo|test" >&2
