@@ -86,6 +86,13 @@ bool check_mountpoint(const std::string& mountpoint) {
   if (auto type = mount_type_at(mountpoint)) {
     return fail("%s is already a mount point (%s)", mountpoint.c_str(), type->c_str());
   }
+  std::error_code ec;
+  if (!std::filesystem::is_empty(mountpoint, ec) && !ec) {
+    return fail(
+        "mountpoint %s is not empty: the mount would hide its files; empty it or pick "
+        "another directory",
+        mountpoint.c_str());
+  }
   return true;
 }
 
@@ -97,9 +104,15 @@ bool is_within(const std::string& path, const std::string& dir) {
   return p == d || p.rfind(d + "/", 0) == 0;
 }
 
+// A mountpoint inside the source would show the mount inside itself: every walk of the tree
+// (find, a listing, the daemon's own stat of the directory) would loop back into the daemon.
 // Copies inside the source would be served as part of the dataset (and written to shared
 // storage); inside the mountpoint they would vanish under the mount.
-bool check_cache_place(const fusefs::MountOptions& o) {
+bool check_places(const fusefs::MountOptions& o) {
+  if (is_within(o.mountpoint, o.source)) {
+    return fail("mountpoint %s is inside the source %s: mount it elsewhere", o.mountpoint.c_str(),
+                o.source.c_str());
+  }
   if (o.cache.capacity_bytes == 0) {
     return true;
   }
@@ -128,7 +141,7 @@ int cmd_mount(fusefs::MountOptions options) {
     options.cache.root = absolute_path(options.cache.root);
   }
   if (!check_source(options.source) || !check_mountpoint(options.mountpoint) ||
-      !check_cache_place(options) || !check_fuse_device()) {
+      !check_places(options) || !check_fuse_device()) {
     return 1;
   }
   if (options.debug) {

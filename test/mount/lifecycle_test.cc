@@ -165,6 +165,9 @@ TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecyc
     std::string says;
   };
 
+  fs::create_directories(dir / "src/inner");
+  fs::create_directories(dir / "full");
+  std::ofstream(dir / "full/a-file") << "x";
   const std::vector<Case> cases = {
       {{"mount", dir / "missing", dir / "mnt"}, "source"},
       {{"mount", dir / "src/hello.txt", dir / "mnt"}, "not a directory"},
@@ -177,6 +180,8 @@ TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecyc
       {{"mount", dir / "src", dir / "mnt", "--stage-threads", "0"}, "stage-threads"},
       {{"mount", dir / "src", dir / "mnt", "--shuffle-file", dir / "no/dir/order.txt"},
        "its directory does not exist"},
+      {{"mount", dir / "src", dir / "src/inner"}, "inside the source"},
+      {{"mount", dir / "src", dir / "full"}, "is not empty"},
   };
   for (const auto& c : cases) {
     const CommandResult r = run_epochfs(c.args);
@@ -184,6 +189,8 @@ TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecyc
     CHECK(r.exit_code != 0);
     CHECK(contains(r.output, c.says));
     CHECK_FALSE(is_mounted(dir / "mnt"));
+    CHECK_FALSE(is_mounted(dir / "src/inner"));
+    CHECK_FALSE(is_mounted(dir / "full"));
   }
 }
 
