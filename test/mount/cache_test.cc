@@ -2,10 +2,14 @@
 // source, damaged copies, a full cache disk and the cache directory's lifecycle. Every byte
 // read is checked against the source.
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -23,6 +28,7 @@
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
 #include "tools/dataset.h"
+#include "tools/process.h"
 #include "tools/read_bench.h"
 #include "tools/stats_doc.h"
 
@@ -253,6 +259,126 @@ TEST_CASE("fio verifies every block read through the mount, from the source and 
   const CommandResult bad = fio(mount.path(), "read", false);
   CHECK(bad.exit_code != 0);
   CHECK(contains(bad.output, "err=84"));
+}
+
+TEST_CASE("every way of reading gives the source's bytes, from the source and the cache",
+          "[mount][cache]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 1'000'003);  // not a whole number of pages
+  const std::string want = *read_file(dir / "src/f0");
+  Mount mount(dir / "src", dir / "mnt");
+  const std::string path = mount / "f0";
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round << (round == 0 ? " (source)" : " (cached copy)"));
+    REQUIRE(tools::drop_page_cache());
+    SECTION("mmap") {
+      cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      REQUIRE(fd.valid());
+      void* p = ::mmap(nullptr, want.size(), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+      REQUIRE(p != MAP_FAILED);
+      CHECK(std::string(static_cast<const char*>(p), want.size()) == want);
+      ::munmap(p, want.size());
+    }
+    SECTION("readv into uneven buffers") {
+      cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      std::string got(want.size(), '\0');
+      std::vector<iovec> iov;
+      for (size_t off = 0, len = 1; off < got.size(); off += len, len = len * 3 + 1) {
+        iov.push_back({got.data() + off, std::min(len, got.size() - off)});
+      }
+      size_t total = 0;
+      for (size_t i = 0; i < iov.size(); i += IOV_MAX) {
+        const ssize_t n = ::readv(fd.get(), iov.data() + i,
+                                  static_cast<int>(std::min<size_t>(IOV_MAX, iov.size() - i)));
+        REQUIRE(n >= 0);
+        total += static_cast<size_t>(n);
+      }
+      CHECK(total == want.size());
+      CHECK(got == want);
+    }
+    SECTION("sendfile to a pipe-backed file") {
+      cachestore::UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      const std::string out_path = dir / ("sent" + std::to_string(round));
+      cachestore::UniqueFd out(
+          ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+      off_t off = 0;
+      while (off < static_cast<off_t>(want.size())) {
+        const ssize_t n = ::sendfile(out.get(), in.get(), &off, want.size());
+        REQUIRE(n > 0);
+      }
+      CHECK(read_file(out_path) == want);
+    }
+    SECTION("O_DIRECT aligned reads") {
+      cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+      REQUIRE(fd.valid());
+      void* buf = nullptr;
+      REQUIRE(::posix_memalign(&buf, 4096, 1 << 20) == 0);
+      std::string got;
+      for (off_t off = 0;;) {
+        const ssize_t n = ::pread(fd.get(), buf, 1 << 20, off);
+        REQUIRE(n >= 0);
+        if (n == 0) {
+          break;
+        }
+        got.append(static_cast<const char*>(buf), static_cast<size_t>(n));
+        off += n;
+      }
+      ::free(buf);
+      CHECK(got == want);
+    }
+    SECTION("one fd shared by a forked child and many fds in one process") {
+      cachestore::UniqueFd shared(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      const pid_t child = fork();
+      if (child == 0) {
+        std::string got(want.size(), '\0');
+        size_t total = 0;
+        ssize_t n;
+        while ((n = ::read(shared.get(), got.data() + total, got.size() - total)) > 0) {
+          total += static_cast<size_t>(n);
+        }
+        _exit(total == want.size() && got == want ? 0 : 1);
+      }
+      std::vector<cachestore::UniqueFd> fds;
+      for (int i = 0; i < 32; ++i) {
+        fds.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        REQUIRE(fds.back().valid());
+      }
+      std::mt19937 rng(round);
+      for (int i = 0; i < 200; ++i) {
+        const size_t off = rng() % want.size();
+        const size_t len = std::min<size_t>(rng() % 70000, want.size() - off);
+        std::string got(len, '\0');
+        REQUIRE(::pread(fds[i % fds.size()].get(), got.data(), len, static_cast<off_t>(off)) ==
+                static_cast<ssize_t>(len));
+        CHECK(got == want.substr(off, len));
+      }
+      CHECK(tools::wait_exit(child, std::chrono::seconds(20)) == 0);
+    }
+    wait_for_staging(mount);
+  }
+}
+
+TEST_CASE("a sparse file bigger than the cache reads whole and is not cached", "[mount][cache]") {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  const uint64_t size = 96ull << 20;
+  {
+    // Holes around two islands of data.
+    cachestore::UniqueFd fd(
+        ::open((dir / "src/sparse").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    REQUIRE(::ftruncate(fd.get(), static_cast<off_t>(size)) == 0);
+    REQUIRE(::pwrite(fd.get(), "island one", 10, 5 << 20) == 10);
+    REQUIRE(::pwrite(fd.get(), "island two", 10, static_cast<off_t>(size - 10)) == 10);
+  }
+  write_files(dir / "src", 2, 100000);
+  Mount mount(dir / "src", dir / "mnt", {"--cache-size", "32M"});
+  for (int round = 0; round < 2; ++round) {
+    check_same(mount / "sparse", dir / "src/sparse");
+    check_same(mount / "f0", dir / "src/f0");
+    wait_for_staging(mount);
+  }
+  CHECK(stat_of(mount, "cache.used_bytes") <= 32 << 20);
+  CHECK(stat_of(mount, "cache.files_cached") == 1);
 }
 
 TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount][cache]") {
@@ -617,6 +743,41 @@ TEST_CASE("a kept cache trusts nothing a killed daemon left", "[mount][cache][ke
   CHECK(stat_of(mount, "cache.files_cached") == 0);
   check_same(mount / "f0", dir / "src/f0");
   CHECK(stat_of(mount, "misses") == 1);
+}
+
+TEST_CASE("a kept cache killed in the middle of large copies serves no partial copy",
+          "[mount][cache][keep]") {
+  TempDir dir;
+  write_files(dir / "data", 6, 8 << 20);
+  FaultFs faults(dir / "data", dir / "faulty");
+  const std::vector<std::string> keep = {"--cache-dir", dir / "cache", "--keep-cache"};
+  {
+    Mount mount(faults.path(), dir / "mnt", keep);
+    // Slow reads keep the copies in flight when the daemon dies.
+    std::string order;
+    for (int i = 0; i < 6; ++i) {
+      order += "f" + std::to_string(i) + "\n";
+    }
+    faults.set_rules("read /* delay=20\n");
+    REQUIRE(publish(mount, order) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(stat_of(mount, "cache.copies_in_flight") > 0);
+    REQUIRE(kill(mount.pid(), SIGKILL) == 0);
+    mount.wait_exit();
+    ::umount2(mount.path().c_str(), MNT_DETACH);
+  }
+  faults.set_rules("");
+  Mount mount(faults.path(), dir / "mnt", keep);
+  for (int i = 0; i < 6; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+  }
+  wait_for_staging(mount);
+  // Nothing but this mount's own directory is left in the cache root.
+  size_t dirs = 0;
+  for (const auto& e : fs::directory_iterator(dir / "cache")) {
+    dirs += e.is_directory() ? 1 : 0;
+  }
+  CHECK(dirs == 1);
 }
 
 TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][cache]") {

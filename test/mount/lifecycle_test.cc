@@ -219,11 +219,14 @@ TEST_CASE("unmount of a busy mount says so and offers --lazy", "[mount][lifecycl
     CHECK(is_mounted(mount.path()));
     CHECK(run_epochfs({"unmount", "--lazy", mount.path()}).exit_code == 0);
     CHECK_FALSE(is_mounted(mount.path()));
-    // The open file still reads after the lazy detach.
+    // The open file still reads, whole and right, after the lazy detach.
     char buf[8] = {};
     CHECK(::pread(held.get(), buf, sizeof(buf), 0) == 5);
+    CHECK(std::string(buf, 5) == "hello");
   }
+  // The daemon leaves after the last close, and takes its cache directory with it.
   CHECK(mount.wait_exit() == 0);
+  CHECK((!fs::exists(mount.cache_root()) || fs::is_empty(mount.cache_root())));
 }
 
 TEST_CASE("unmount of something that is not an epochfs mount fails clearly", "[mount][lifecycle]") {

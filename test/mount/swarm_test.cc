@@ -3,9 +3,14 @@
 // read at 10 Hz meanwhile; readers of cached files while the source is slow.
 #include "tools/swarm.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <string>
@@ -13,7 +18,9 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <xxhash.h>
 
+#include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "tools/dataset.h"
 #include "tools/stats_doc.h"
@@ -21,6 +28,7 @@
 namespace epochfs::test {
 namespace {
 
+namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 struct Dataset {
@@ -187,6 +195,90 @@ TEST_CASE("readers of cached files are not held up by a slow source", "[mount][s
   slow_readers.join();
   check_clean(fast, 100);
   CHECK(fast.longest_wait_s < 1.0);
+}
+
+TEST_CASE("a dataset three times the cache: three epochs, readers holding files, usage bounded",
+          "[mount][swarm]") {
+  TempDir dir;
+  const size_t kFiles = 1500;
+  const Dataset d = make_files(dir / "data", kFiles, 32 * 1024);
+  uint64_t total = 0;
+  for (const auto& p : d.paths) {
+    total += fs::file_size(dir / ("data/" + p));
+  }
+  const uint64_t capacity = total * 3 / 10;
+  Mount mount(dir / "data", dir / "mnt", {"--cache-size", std::to_string(capacity)});
+  // Ten files held open from the start, read only at the end: their copies are evicted
+  // under them meanwhile.
+  std::vector<cachestore::UniqueFd> held;
+  for (size_t i = 0; i < 10; ++i) {
+    held.emplace_back(::open((mount / d.paths[i]).c_str(), O_RDONLY | O_CLOEXEC));
+    REQUIRE(held.back().valid());
+  }
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    const auto order = shuffled(kFiles, 10 + epoch);
+    REQUIRE(publish(mount, order_text(d, order, epoch)) == 0);
+    check_clean(tools::run_swarm(swarm_over(mount, d, order, 16)), kFiles);
+    wait_for_staging(mount);
+    CHECK(stat_of(mount, "cache.used_bytes") <= capacity);
+    // What du would say: the blocks the copies take on disk.
+    uint64_t on_disk = 0;
+    for (const auto& e : fs::recursive_directory_iterator(mount.cache_root())) {
+      struct stat st;
+      if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          e.path().filename() != "index") {
+        on_disk += static_cast<uint64_t>(st.st_blocks) * 512;
+      }
+    }
+    CHECK(on_disk <= capacity + capacity / 50);
+  }
+  CHECK(stat_of(mount, "cache.evictions") > 0);
+  for (size_t i = 0; i < held.size(); ++i) {
+    std::string got;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(held[i].get(), buf, sizeof(buf))) > 0) {
+      got.append(buf, static_cast<size_t>(n));
+    }
+    CHECK(XXH64(got.data(), got.size(), 0) == d.digests[i]);
+  }
+}
+
+TEST_CASE("four ranks with overlapping shards read side by side, none starved", "[mount][swarm]") {
+  TempDir dir;
+  const size_t kFiles = 1200;
+  const Dataset d = make_files(dir / "data", kFiles, 16 * 1024);
+  Mount mount(dir / "data", dir / "mnt");
+  // Rank r reads files [r*300, r*300 + 450): each shard overlaps the next by half.
+  std::vector<std::vector<size_t>> shards(4);
+  for (size_t r = 0; r < 4; ++r) {
+    for (size_t k = 0; k < 450; ++k) {
+      shards[r].push_back((r * 300 + k) % kFiles);
+    }
+    std::shuffle(shards[r].begin(), shards[r].end(), std::mt19937_64(r));
+    REQUIRE(publish(mount,
+                    "#stream rank" + std::to_string(r) + "\n" + order_text(d, shards[r], 0)) == 0);
+  }
+  std::vector<tools::SwarmResult> results(4);
+  std::vector<std::thread> ranks;
+  for (size_t r = 0; r < 4; ++r) {
+    ranks.emplace_back(
+        [&, r] { results[r] = tools::run_swarm(swarm_over(mount, d, shards[r], 8)); });
+  }
+  for (auto& t : ranks) {
+    t.join();
+  }
+  double stream_opens = 0;
+  for (size_t r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    check_clean(results[r], 450);
+    const std::string key = "prefetch.streams.rank" + std::to_string(r) + ".this_epoch.opens";
+    CHECK(stat_of(mount, key) > 0);
+    stream_opens += stat_of(mount, key);
+  }
+  // Every open belongs to one stream, or is counted as unscheduled.
+  CHECK(stream_opens + stat_of(mount, "prefetch.unscheduled_opens") == stat_of(mount, "opens"));
+  CHECK(stat_of(mount, "opens") == 4 * 450);
 }
 
 }  // namespace epochfs::test
