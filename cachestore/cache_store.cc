@@ -401,6 +401,24 @@ void CacheStore::drop_locked(FileId id, bool damaged, std::vector<Removal>& out)
   mark_removing(id, it->second, out);
 }
 
+namespace {
+
+// Whether st is a copy of size bytes: a regular file (something put in its place, such as a
+// FIFO or a device, is damage) of exactly that size.
+bool is_object(const struct stat& st, uint64_t size) {
+  return S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == size;
+}
+
+}  // namespace
+
+// Never follows a link put in a copy's place (it could lead out of the cache to a file of the
+// same size), and never blocks on a FIFO put there (O_NONBLOCK changes nothing for a regular
+// file).
+UniqueFd CacheStore::open_object(const std::string& name) const {
+  return UniqueFd(
+      ::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+}
+
 std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& version) {
   std::string name;
   uint64_t size = 0;
@@ -426,9 +444,9 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   }
   // The copy must still be what we wrote: present and of the right size. The content hash is
   // recorded at staging but not re-read here: that would read every hit twice.
-  UniqueFd fd(::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd = open_object(name);
   struct stat st;
-  if (fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size &&
+  if (fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size) &&
       verify_copy(id, fd.get())) {
     return fd;
   }
@@ -495,10 +513,9 @@ VerifyReport CacheStore::verify_all() {
       size = it->second.size;
       expected = it->second.hash;
     }
-    UniqueFd fd(::openat(dir_->fd(), name.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd = open_object(name);
     struct stat st;
-    bool good =
-        fd.valid() && ::fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size;
+    bool good = fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size);
     if (good) {
       auto actual = hash_fd(fd.get(), size);
       good = actual.is_ok() && actual.value() == expected;

@@ -211,6 +211,7 @@ class CacheStore {
   bool staging_suspended();
   void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);
+  UniqueFd open_object(const std::string& name) const;
   void load_index();
   void save_index();
 
