@@ -67,16 +67,12 @@ TEST_CASE("a second read of a file is a cache hit with the right bytes", "[mount
   write_files(dir / "src", 20, 110000);
   // Classic: the bytes served are counted by the daemon (passthrough_test.cc has the other).
   Mount mount(dir / "src", dir / "mnt", {"--data-path", "classic"});
-  for (int i = 0; i < 20; ++i) {
-    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "src", 20);
   wait_for_staging(mount);
   CHECK(stat_of(mount, "misses") == 20);
   CHECK(stat_of(mount, "cache.files_cached") == 20);
   REQUIRE(tools::drop_page_cache());
-  for (int i = 0; i < 20; ++i) {
-    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "src", 20);
   CHECK(stat_of(mount, "hits") == 20);
   CHECK(stat_of(mount, "bytes_from_cache") == 20 * 110000);
 }
@@ -203,9 +199,7 @@ TEST_CASE("the cache directory removed while mounted costs copies, not reads", "
   TempDir dir;
   write_files(dir / "src", 10, 50000);
   Mount mount(dir / "src", dir / "mnt");
-  for (int i = 0; i < 10; ++i) {
-    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "src", 10);
   wait_for_staging(mount);
   const std::string cache_dir = tools::read_stats(mount.path())->values["cache.dir"];
   REQUIRE_FALSE(cache_dir.empty());
@@ -214,9 +208,7 @@ TEST_CASE("the cache directory removed while mounted costs copies, not reads", "
   SECTION("made unreadable") { fs::permissions(cache_dir, fs::perms::none); }
   REQUIRE(tools::drop_page_cache());
   for (int round = 0; round < 2; ++round) {
-    for (int i = 0; i < 10; ++i) {
-      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-    }
+    check_files(mount.path(), dir / "src", 10);
   }
   CHECK(::kill(mount.pid(), 0) == 0);
   CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
@@ -509,42 +501,17 @@ TEST_CASE("direct reads of a cached copy at unaligned offsets get the right byte
   ::close(fd);
 }
 
-namespace {
-
-// A small tmpfs used as the cache root; unmounted even if the test fails.
-struct SmallDisk {
-  std::string path;
-
-  SmallDisk(const std::string& p, const std::string& size) : path(p) {
-    fs::create_directories(path);
-    REQUIRE(::mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0);
-  }
-
-  ~SmallDisk() {
-    if (::umount2(path.c_str(), 0) != 0) {
-      ::umount2(path.c_str(), MNT_DETACH);
-    }
-  }
-
-  SmallDisk(const SmallDisk&) = delete;
-  SmallDisk& operator=(const SmallDisk&) = delete;
-};
-
-}  // namespace
-
 TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][cache]") {
   TempDir dir;
   write_files(dir / "src", 40, 100000);
-  SmallDisk disk(dir / "disk", "1m");
+  Tmpfs disk(dir / "disk", "size=1m");
   {
-    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path, "--cache-reserve", "0"});
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path(), "--cache-reserve", "0"});
     // Another program takes the disk, leaving less than one file's size free: no eviction can
     // make room, so every copy must be skipped and every read served from the source.
-    std::ofstream(disk.path + "/filler") << std::string(1000 * 1024, 'x');
+    std::ofstream(disk.path() + "/filler") << std::string(1000 * 1024, 'x');
     for (int pass = 0; pass < 2; ++pass) {
-      for (int i = 0; i < 40; ++i) {
-        check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-      }
+      check_files(mount.path(), dir / "src", 40);
       wait_for_staging(mount);
     }
     const double fallbacks = stat_of(mount, "cache.skipped_no_room") +
@@ -553,7 +520,7 @@ TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][
     CHECK(fallbacks > 0);
     CHECK(stat_of(mount, "misses") == 80);
   }
-  fs::remove(disk.path + "/filler");
+  fs::remove(disk.path() + "/filler");
 }
 
 namespace {
@@ -635,9 +602,7 @@ TEST_CASE("a cache disk out of inodes falls back to the source", "[mount][cache]
   LoopDisk disk(dir / "disk.img", dir / "disk", 32 << 20, {"-N", "256"});
   Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path});
   for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < 600; ++i) {
-      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-    }
+    check_files(mount.path(), dir / "src", 600);
     wait_for_staging(mount);
   }
   CHECK(stat_of(mount, "cache.files_cached") > 0);
@@ -647,17 +612,11 @@ TEST_CASE("a cache disk out of inodes falls back to the source", "[mount][cache]
 TEST_CASE("a cache disk that reports no inode counts still caches", "[mount][cache]") {
   TempDir dir;
   write_files(dir / "src", 20, 50000);
-  fs::create_directories(dir / "disk");
-  REQUIRE(::mount("tmpfs", (dir / "disk").c_str(), "tmpfs", 0, "size=16m,nr_inodes=0") == 0);
-  {
-    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "disk"});
-    for (int i = 0; i < 20; ++i) {
-      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-    }
-    wait_for_staging(mount);
-    CHECK(stat_of(mount, "cache.files_cached") == 20);
-  }
-  ::umount2((dir / "disk").c_str(), MNT_DETACH);
+  Tmpfs disk(dir / "disk", "size=16m,nr_inodes=0");
+  Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path()});
+  check_files(mount.path(), dir / "src", 20);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == 20);
 }
 
 TEST_CASE("a cache directory left by a killed daemon is removed at the next mount",
@@ -731,9 +690,7 @@ TEST_CASE("copies kept with --keep-cache serve the next mount", "[mount][cache][
 
   SECTION("unchanged copies are hits at once") {
     Mount mount(dir / "src", dir / "mnt", keep);
-    for (int i = 0; i < 6; ++i) {
-      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-    }
+    check_files(mount.path(), dir / "src", 6);
     CHECK(stat_of(mount, "hits") == 6);
     CHECK(stat_of(mount, "misses") == 0);
   }
@@ -751,9 +708,7 @@ TEST_CASE("copies kept with --keep-cache serve the next mount", "[mount][cache][
       f.put('');  // same size, one byte different
     }
     Mount mount(dir / "src", dir / "mnt", keep);
-    for (int i = 0; i < 6; ++i) {
-      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-    }
+    check_files(mount.path(), dir / "src", 6);
     CHECK(stat_of(mount, "hits") == 5);
     CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
   }
@@ -775,9 +730,7 @@ TEST_CASE("a kept cache trusts nothing a killed daemon left", "[mount][cache][ke
   const std::vector<std::string> keep = {"--cache-dir", dir / "cache", "--keep-cache"};
   {
     Mount mount(dir / "src", dir / "mnt", keep);
-    for (int i = 0; i < 3; ++i) {
-      check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-    }
+    check_files(mount.path(), dir / "src", 3);
     wait_for_staging(mount);
     REQUIRE(kill(mount.pid(), SIGKILL) == 0);
     mount.wait_exit();
@@ -812,9 +765,7 @@ TEST_CASE("a kept cache killed in the middle of large copies serves no partial c
   }
   faults.set_rules("");
   Mount mount(faults.path(), dir / "mnt", keep);
-  for (int i = 0; i < 6; ++i) {
-    check_same(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "data", 6);
   wait_for_staging(mount);
   // Nothing but this mount's own directory is left in the cache root.
   size_t dirs = 0;
@@ -828,9 +779,7 @@ TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][
   TempDir dir;
   write_files(dir / "src", 4, 60000);
   Mount mount(dir / "src", dir / "mnt");
-  for (int i = 0; i < 4; ++i) {
-    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "src", 4);
   wait_for_staging(mount);
   const CommandResult clean = run_epochfs({"verify", mount.path()});
   INFO(clean.output);
@@ -851,9 +800,7 @@ TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][
   CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
   CHECK(stat_of(mount, "cache.files_cached") == 3);
   REQUIRE(tools::drop_page_cache());
-  for (int i = 0; i < 4; ++i) {
-    check_same(mount / ("f" + std::to_string(i)), dir / ("src/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "src", 4);
 }
 
 TEST_CASE("a new cache directory is private to its owner", "[mount][cache][lifecycle]") {

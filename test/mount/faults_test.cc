@@ -52,12 +52,6 @@ int read_errno(const std::string& path) {
   }
 }
 
-// Checks every byte of path through the mount against the file of the same name in truth.
-void check_bytes(const std::string& path, const std::string& truth) {
-  INFO(path);
-  check_same(path, truth);
-}
-
 // Threads of this test process in uninterruptible sleep (stuck in a filesystem request).
 int threads_in_d_state() {
   int stuck = 0;
@@ -119,14 +113,12 @@ TEST_CASE("a source error reaches only its file, with its own errno", "[mount][f
   CHECK(read_errno(mount / "f4") == ETIMEDOUT);
   CHECK(read_errno(mount / "f5") == ENOTCONN);
   for (const char* ok : {"f0", "f6", "f7"}) {
-    check_bytes(mount / ok, dir / "data/" + std::string(ok));
+    check_same(mount / ok, dir / "data/" + std::string(ok));
   }
   // Nothing half-read was kept: once the source is well, every file reads whole and right.
   wait_for_staging(mount);
   faults.set_rules("");
-  for (int i = 0; i < 8; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "data", 8);
 }
 
 TEST_CASE("a copy that failed is made again at a later open", "[mount][faults]") {
@@ -139,11 +131,11 @@ TEST_CASE("a copy that failed is made again at a later open", "[mount][faults]")
   const int first = read_errno(mount / "f0");
   CHECK((first == 0 || first == EIO));
   wait_for_staging(mount);
-  check_bytes(mount / "f0", dir / "data/f0");
+  check_same(mount / "f0", dir / "data/f0");
   wait_for_staging(mount);
   // Now a copy exists and serves it: the source is not read again.
   const uint64_t opens = counter(faults.stats(), "/f0", "opens");
-  check_bytes(mount / "f0", dir / "data/f0");
+  check_same(mount / "f0", dir / "data/f0");
   CHECK(counter(faults.stats(), "/f0", "opens") == opens);
 }
 
@@ -153,14 +145,10 @@ TEST_CASE("short reads from the source still give whole files", "[mount][faults]
   FaultFs faults(dir / "data", dir / "faulty");
   faults.set_rules("read /* short=1000\n");
   Mount mount(faults.path(), dir / "mnt");
-  for (int i = 0; i < 4; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "data", 4);
   wait_for_staging(mount);
   CHECK(stat_of(mount, "cache.files_cached") == 4);
-  for (int i = 0; i < 4; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "data", 4);
 }
 
 TEST_CASE("many readers of one file being fetched share one source read", "[mount][faults]") {
@@ -206,7 +194,7 @@ TEST_CASE("a hung source file holds up only its own readers", "[mount][faults]")
   Mount mount(faults.path(), dir / "mnt");
   // f1..f9 cached first.
   for (int i = 1; i < 10; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+    check_same(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
   }
   wait_for_staging(mount);
   faults.set_rules("open /f0 hang\nread /f0 hang\n");
@@ -215,7 +203,7 @@ TEST_CASE("a hung source file holds up only its own readers", "[mount][faults]")
   // Meanwhile the cached files and the stats answer at once.
   const auto start = Clock::now();
   for (int i = 1; i < 10; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
+    check_same(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
   }
   CHECK(read_file(mount / ".epochfs/stats").has_value());
   CHECK(Clock::now() - start < seconds(5));
@@ -223,7 +211,7 @@ TEST_CASE("a hung source file holds up only its own readers", "[mount][faults]")
   faults.set_rules("");
   REQUIRE(hung.wait_for(seconds(10)) == std::future_status::ready);
   CHECK(hung.get() == 0);
-  check_bytes(mount / "f0", dir / "data/f0");
+  check_same(mount / "f0", dir / "data/f0");
 }
 
 TEST_CASE("an unreachable source: cached files are still served, never as empty",
@@ -232,9 +220,7 @@ TEST_CASE("an unreachable source: cached files are still served, never as empty"
   write_files(dir / "data", 6, kSize);
   FaultFs faults(dir / "data", dir / "faulty");
   Mount mount(faults.path(), dir / "mnt", {"--attr-timeout", "0.2"});
-  for (int i = 0; i < 3; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "data", 3);
   wait_for_staging(mount);
   faults.set_rules("any /* errno=ENOTCONN\n");
   // Past the attribute timeout, the source cannot confirm the copies.
@@ -244,16 +230,14 @@ TEST_CASE("an unreachable source: cached files are still served, never as empty"
     const auto bytes = read_file(mount / name);
     if (bytes) {
       // Whatever is served is the file, whole.
-      check_bytes(mount / name, dir / ("data/" + name));
+      check_same(mount / name, dir / ("data/" + name));
     } else {
       CHECK((errno == ENOTCONN || errno == EIO));
     }
   }
   // The source comes back: everything reads, without a remount.
   faults.set_rules("");
-  for (int i = 0; i < 6; ++i) {
-    check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-  }
+  check_files(mount.path(), dir / "data", 6);
 }
 
 TEST_CASE("a file changed while it is being copied is never served torn", "[mount][faults]") {
@@ -270,7 +254,7 @@ TEST_CASE("a file changed while it is being copied is never served torn", "[moun
   faults.set_rules("");
   // Every later open gets the file as it now is in the source.
   for (int k = 0; k < 3; ++k) {
-    check_bytes(mount / "f0", dir / "data/f0");
+    check_same(mount / "f0", dir / "data/f0");
     wait_for_staging(mount);
   }
 }
@@ -281,11 +265,7 @@ TEST_CASE("a failing cache disk slows reads down but never fails them", "[mount]
   fs::create_directories(dir / "cachedisk");
   FaultFs disk(dir / "cachedisk", dir / "cache");
   Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()});
-  const auto read_all = [&] {
-    for (int i = 0; i < 10; ++i) {
-      check_bytes(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
-    }
-  };
+  const auto read_all = [&] { check_files(mount.path(), dir / "data", 10); };
   std::string counter_name;
   SECTION("writes fail") {
     disk.set_rules("write /* errno=EIO\n");
@@ -347,7 +327,7 @@ TEST_CASE("a source that refuses root gives EACCES and a hint", "[mount][faults]
   Mount mount(faults.path(), dir / "mnt", {"--log-file", dir / "log"});
   CHECK(read_errno(mount / "f1") == EACCES);
   CHECK(read_errno(mount / "f1") == EACCES);
-  check_bytes(mount / "f0", dir / "data/f0");
+  check_same(mount / "f0", dir / "data/f0");
   const std::string log = read_file(dir / "log").value_or("");
   INFO(log);
   CHECK(contains(log,

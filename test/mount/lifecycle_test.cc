@@ -23,11 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void make_small_source(const std::string& src) {
-  fs::create_directories(src);
-  std::ofstream(src + "/hello.txt") << "hello";
-}
-
 }  // namespace
 
 TEST_CASE("mount daemonizes once the mount is ready, unmount ends it", "[mount][lifecycle]") {
@@ -107,8 +102,7 @@ TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][
   make_small_source(dir / "src");
   fs::create_directories(dir / "mnt");
   std::ofstream(dir / "a-file") << "x";
-  fs::create_directories(dir / "ro");
-  REQUIRE(::mount("tmpfs", (dir / "ro").c_str(), "tmpfs", MS_RDONLY, "size=1M") == 0);
+  Tmpfs read_only(dir / "ro", "size=1M", MS_RDONLY);
 
   struct Case {
     std::string cache_dir;
@@ -133,7 +127,6 @@ TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][
     // Nothing was made.
     CHECK(list_tree(dir.path()) == before);
   }
-  ::umount2((dir / "ro").c_str(), MNT_DETACH);
 }
 
 TEST_CASE("without --allow-other, other users reach nothing, stats included",

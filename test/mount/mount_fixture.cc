@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -285,11 +286,40 @@ void write_files(const std::string& root, int count, uint64_t size, uint32_t ver
 }
 
 void check_same(const std::string& a, const std::string& b) {
+  INFO(a);
   auto x = tools::file_digest(a);
   auto y = tools::file_digest(b);
   REQUIRE(x.is_ok());
   REQUIRE(y.is_ok());
   CHECK(x.value() == y.value());
+}
+
+}  // namespace epochfs::test
+
+namespace epochfs::test {
+
+void check_files(const std::string& a_root, const std::string& b_root, int count) {
+  for (int i = 0; i < count; ++i) {
+    const std::string name = "/f" + std::to_string(i);
+    check_same(a_root + name, b_root + name);
+  }
+}
+
+void make_small_source(const std::string& src) {
+  std::filesystem::create_directories(src);
+  std::ofstream(src + "/hello.txt") << "hello";
+}
+
+Tmpfs::Tmpfs(const std::string& path, const std::string& options, unsigned long flags)
+    : path_(path) {
+  std::filesystem::create_directories(path);
+  REQUIRE(::mount("tmpfs", path.c_str(), "tmpfs", flags, options.c_str()) == 0);
+}
+
+Tmpfs::~Tmpfs() {
+  if (::umount2(path_.c_str(), 0) != 0) {
+    ::umount2(path_.c_str(), MNT_DETACH);
+  }
 }
 
 }  // namespace epochfs::test

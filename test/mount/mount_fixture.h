@@ -148,6 +148,27 @@ void write_files(const std::string& root, int count, uint64_t size, uint32_t ver
 // Checks that two files have the same bytes.
 void check_same(const std::string& a, const std::string& b);
 
+// check_same for f0 .. f<count-1> of two directories (files made by write_files).
+void check_files(const std::string& a_root, const std::string& b_root, int count);
+
+// A source with one file, hello.txt, holding "hello".
+void make_small_source(const std::string& src);
+
+// A tmpfs mounted at path (created if missing) with mount options and flags; unmounted
+// (lazily if need be) even if the test fails.
+class Tmpfs {
+ public:
+  Tmpfs(const std::string& path, const std::string& options, unsigned long flags = 0);
+  ~Tmpfs();
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace epochfs::test
 
 namespace epochfs::test {

@@ -18,11 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void make_small_source(const std::string& src) {
-  fs::create_directories(src);
-  std::ofstream(src + "/hello.txt") << "hello";
-}
-
 // A mount made in the background (as mount(8) makes it): detached at the end of the test if
 // the test did not unmount it, so a failing test leaves nothing behind.
 class DetachAtEnd {
@@ -37,23 +32,6 @@ class DetachAtEnd {
 
   DetachAtEnd(const DetachAtEnd&) = delete;
   DetachAtEnd& operator=(const DetachAtEnd&) = delete;
-
- private:
-  std::string path_;
-};
-
-// A small tmpfs, unmounted at the end of the test.
-class SmallTmpfs {
- public:
-  SmallTmpfs(const std::string& path, const std::string& size) : path_(path) {
-    fs::create_directories(path);
-    REQUIRE(mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0);
-  }
-
-  ~SmallTmpfs() { umount2(path_.c_str(), MNT_DETACH); }
-
-  SmallTmpfs(const SmallTmpfs&) = delete;
-  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
 
  private:
   std::string path_;
@@ -138,7 +116,7 @@ TEST_CASE("doctor says when the FUSE device is missing", "[mount][system]") {
 TEST_CASE("doctor says when the cache disk is full", "[mount][system]") {
   TempDir dir;
   make_small_source(dir / "src");
-  SmallTmpfs small(dir / "small", "1M");
+  Tmpfs small(dir / "small", "size=1M");
   {
     // Fill it up.
     std::ofstream fill(dir / "small/fill", std::ios::binary);
