@@ -36,7 +36,7 @@ struct stat control_attr(InodeId id) {
   if (id == kControlDirId) {
     st.st_mode = S_IFDIR | 0755;  // writable: new files publish orders
     st.st_nlink = 2;
-  } else if (id >= kUploadIdBase) {
+  } else if (is_upload(id)) {
     st.st_mode = S_IFREG | 0200;  // an order being written
     st.st_nlink = 1;
   } else {
@@ -217,16 +217,20 @@ std::string verify_json(const cachestore::VerifyReport& r, bool cache_enabled) {
 }
 
 // How reads of cached files are served (fusefs/passthrough.h).
-void data_path_fields(std::ostringstream& out) {
+void data_path_fields(std::ostringstream& out, bool implicit_opens) {
   JsonObject o(out, 2);
-  o.field("mode", std::string(passthrough::active() ? "passthrough" : "classic"));
-  o.field("classic_because", std::string(passthrough::why_not()));
+  const bool passthrough = passthrough::active();
+  o.field("mode", std::string(implicit_opens ? "no-open"
+                              : passthrough  ? "passthrough"
+                                             : "classic"));
+  o.field("classic_because", std::string(implicit_opens ? "" : passthrough::why_not()));
   o.field("passthrough_opens", passthrough::opens());
   o.field("backing_files", passthrough::backing_files());
   o.close();
 }
 
-std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid) {
+std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid,
+                       bool implicit_opens) {
   std::ostringstream out;
   JsonObject o(out, 0);
   o.field("format", uint64_t{1});
@@ -244,7 +248,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("files_known", s.files_known);
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
-  data_path_fields(o.start("data_path"));
+  data_path_fields(o.start("data_path"), implicit_opens);
   cache_fields(o.start("cache"), s);
   prefetch_fields(o.start("prefetch"), s);
   o.close();

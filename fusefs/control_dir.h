@@ -15,6 +15,7 @@
 
 #include <sys/stat.h>
 
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,10 +33,14 @@ inline constexpr InodeId kMetricsFileId = kControlDirId + 3;
 
 // Files being written into the control directory (orders, manifests) get ids from here up.
 inline constexpr InodeId kUploadIdBase = kControlDirId + 1024;
+// Snapshots of control files (--data-path no-open: Filesystem::control_file_attr) from here up.
+inline constexpr InodeId kSnapshotIdBase = kControlDirId + (InodeId{1} << 40);
 // The name under which a written file is a manifest; any other new name is an order.
 inline constexpr char kManifestName[] = "manifest";
 
 inline bool is_control(InodeId id) { return id >= kControlDirId; }
+
+inline bool is_upload(InodeId id) { return id >= kUploadIdBase && id < kSnapshotIdBase; }
 
 // The control node named `name` in directory `parent`, if there is one.
 std::optional<InodeId> control_lookup(InodeId parent, std::string_view name);
@@ -45,12 +50,15 @@ struct stat control_attr(InodeId id);
 
 // The names in the control directory.
 inline constexpr const char* kControlEntries[] = {"stats", "verify", "metrics"};
+inline constexpr size_t kControlEntryCount = std::size(kControlEntries);
 
 // The JSON document served as .epochfs/stats.
 // The JSON document served as .epochfs/verify.
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 
-std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid);
+// implicit_opens: the mount runs with --data-path no-open.
+std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid,
+                       bool implicit_opens = false);
 
 // The Prometheus text served as .epochfs/metrics and written to --metrics-file.
 std::string metrics_document(const prefetch::EngineStats& stats);

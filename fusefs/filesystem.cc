@@ -54,7 +54,7 @@ Result<std::string> Filesystem::path_of(InodeId id) const {
 
 Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
   if (auto control = control_lookup(parent, name)) {
-    return Entry{*control, control_attr(*control)};
+    return control_entry(*control);
   }
   if (is_control(parent)) {
     return Status::error(ENOENT, std::string(name));
@@ -81,7 +81,10 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
 
 void Filesystem::forget(InodeId id, uint64_t n) {
   if (is_control(id)) {
-    return;  // control nodes live as long as the mount
+    // Control nodes live as long as the mount; a snapshot only as long as the kernel's node.
+    cachestore::MutexLock lock(snapshots_mu_);
+    snapshots_.erase(id);
+    return;
   }
   if (!inodes_.forget(id, n)) {
     cachestore::log(cachestore::LogLevel::kWarning, "forget of unknown inode %llu",
@@ -91,7 +94,7 @@ void Filesystem::forget(InodeId id, uint64_t n) {
 
 Result<struct stat> Filesystem::getattr(InodeId id) {
   if (is_control(id)) {
-    return control_attr(id);
+    return control_file_attr(id);
   }
   auto path = path_of(id);
   if (!path.is_ok()) {
@@ -141,18 +144,66 @@ void Filesystem::releasedir(DirHandle* dir) {
 }
 
 Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
-  auto handle = std::make_unique<FileHandle>();
-  handle->is_control = true;
-  if (id == kStatsFileId) {
-    handle->control_content = stats_json(engine_.stats(), source_.path(), ::getpid());
-  } else if (id == kMetricsFileId) {
-    handle->control_content = metrics();
-  } else if (id == kVerifyFileId) {
-    handle->control_content = verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
-  } else {
+  if (id < kStatsFileId || id >= kStatsFileId + kControlEntryCount) {
     return Status::error(EISDIR, "open .epochfs");
   }
+  auto handle = std::make_unique<FileHandle>();
+  handle->is_control = true;
+  handle->control_content = control_content(id);
   return OpenResult{files_.add(std::move(handle)), false};
+}
+
+std::string Filesystem::control_content(InodeId id) {
+  if (id == kStatsFileId) {
+    return stats_json(engine_.stats(), source_.path(), ::getpid(), options_.implicit_opens);
+  }
+  if (id == kMetricsFileId) {
+    return metrics();
+  }
+  return verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
+}
+
+Entry Filesystem::control_entry(InodeId id) {
+  if (!options_.implicit_opens || id < kStatsFileId || id >= kStatsFileId + kControlEntryCount) {
+    return Entry{id, control_attr(id)};
+  }
+  const InodeId snapshot = next_snapshot_id_.fetch_add(1, std::memory_order_relaxed);
+  {
+    cachestore::MutexLock lock(snapshots_mu_);
+    snapshots_.emplace(snapshot, Snapshot{id, std::nullopt});
+  }
+  struct stat st = control_attr(id);
+  st.st_ino = snapshot;
+  return Entry{snapshot, st};
+}
+
+const std::string& Filesystem::snapshot_locked(Snapshot& snap) {
+  if (!snap.content) {
+    snap.content = control_content(snap.kind);
+  }
+  return *snap.content;
+}
+
+struct stat Filesystem::control_file_attr(InodeId id) {
+  cachestore::MutexLock lock(snapshots_mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) {
+    return control_attr(id);
+  }
+  struct stat st = control_attr(it->second.kind);
+  st.st_ino = id;
+  st.st_size = static_cast<off_t>(snapshot_locked(it->second).size());
+  return st;
+}
+
+std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t size) {
+  cachestore::MutexLock lock(snapshots_mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) {
+    return std::string();
+  }
+  const std::string& text = snapshot_locked(it->second);
+  return offset >= text.size() ? std::string() : text.substr(offset, size);
 }
 
 std::string Filesystem::metrics() const { return metrics_document(engine_.stats()); }

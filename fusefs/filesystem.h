@@ -15,8 +15,10 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
@@ -25,6 +27,7 @@
 #include "fusefs/control_dir.h"
 #include "fusefs/dir_handle.h"
 #include "fusefs/handle_table.h"
+#include "fusefs/implicit_opens.h"
 #include "fusefs/inode_table.h"
 #include "prefetch/engine.h"
 
@@ -33,12 +36,18 @@ namespace epochfs::fusefs {
 // The errno for every modifying operation.
 inline constexpr int kReadOnlyError = EROFS;
 
+// Opens kept for reads without a handle (--data-path no-open): fds held at most.
+inline constexpr size_t kImplicitOpensKept = 256;
+
 struct FilesystemOptions {
   double entry_timeout_s = 1.0;
   double attr_timeout_s = 1.0;
   double negative_timeout_s = 1.0;
   // The dataset never changes while mounted: keep every cached page and name.
   bool immutable = false;
+  // --data-path no-open: the kernel sends no OPEN or RELEASE, reads come without a handle
+  // (fusefs/implicit_opens.h) and control files are served from snapshots.
+  bool implicit_opens = false;
 };
 
 struct Entry {
@@ -104,6 +113,21 @@ class Filesystem {
   void releasedir(DirHandle* dir);
   cachestore::Result<OpenResult> open(InodeId id, int flags);
   void release(FileHandle* file);
+
+  // The open a read without a file handle is served from (--data-path no-open).
+  cachestore::Result<std::shared_ptr<ImplicitOpens::Lease>> implicit_open(InodeId id,
+                                                                          uint64_t offset) {
+    return implicit_.for_read(id, offset);
+  }
+
+  size_t implicit_opens_kept() const { return implicit_.kept(); }
+  // Without OPEN the kernel caches a control file's pages like any file's and reads no further
+  // than its size. So with implicit opens every lookup of a control file gives a new node, a
+  // snapshot whose content is made when its attributes or data are first asked for and then
+  // kept until the kernel forgets the node: each open (a lookup, as the kernel keeps no entry
+  // of a control file) sees content of its own time, read by read the same document.
+  struct stat control_file_attr(InodeId id);
+  std::string control_file_read(InodeId id, uint64_t offset, size_t size);
   // A new file in the control directory: an upload of an order (or of the manifest). EROFS
   // anywhere else.
   cachestore::Result<CreateResult> create(InodeId parent, std::string_view name);
@@ -137,12 +161,28 @@ class Filesystem {
   // Constant data.
   const FilesystemOptions options_;
   cachestore::Result<OpenResult> open_control(InodeId id, int flags);
+  // The content of control file id (stats, metrics, verify) now.
+  std::string control_content(InodeId id);
+
+  struct Snapshot {
+    InodeId kind;  // kStatsFileId, kVerifyFileId or kMetricsFileId
+    std::optional<std::string> content;
+  };
+
+  // The entry a lookup of control node id answers (a snapshot's with implicit opens).
+  Entry control_entry(InodeId id);
+  const std::string& snapshot_locked(Snapshot& snap) REQUIRES(snapshots_mu_);
 
   // Mutable state (each locked inside; leaf locks, never held together).
   InodeTable inodes_;
   HandleTable<FileHandle> files_;
   HandleTable<DirHandle> dirs_;
   std::atomic<InodeId> next_upload_id_{kUploadIdBase};
+  std::atomic<InodeId> next_snapshot_id_{kSnapshotIdBase};
+  cachestore::Mutex snapshots_mu_;
+  std::unordered_map<InodeId, Snapshot> snapshots_ GUARDED_BY(snapshots_mu_);
+  // Last: its opens are released (into files_ and the engine) before anything else goes.
+  ImplicitOpens implicit_{*this, kImplicitOpensKept};
 };
 
 }  // namespace epochfs::fusefs

@@ -67,13 +67,23 @@ void reply_status(fuse_req_t req, const cachestore::Status& status) {
   fuse_reply_err(req, status.error_code());
 }
 
+// Nothing the kernel learns of a control file is kept: each open looks it up afresh, and with
+// no-open gets a snapshot of its own (Filesystem::control_file_attr).
+double attr_timeout(const Filesystem& fs, InodeId id) {
+  return is_control(id) ? 0 : fs.options().attr_timeout_s;
+}
+
+double entry_timeout(const Filesystem& fs, InodeId id) {
+  return is_control(id) && id != kControlDirId ? 0 : fs.options().entry_timeout_s;
+}
+
 fuse_entry_param make_entry(const Filesystem& fs, InodeId id, const struct stat& attr) {
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
   e.ino = id;
   e.attr = attr;
-  e.attr_timeout = fs.options().attr_timeout_s;
-  e.entry_timeout = fs.options().entry_timeout_s;
+  e.attr_timeout = attr_timeout(fs, id);
+  e.entry_timeout = entry_timeout(fs, id);
   return e;
 }
 
@@ -130,7 +140,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
     reply_status(req, st.status());
     return;
   }
-  fuse_reply_attr(req, &st.value(), fs.options().attr_timeout_s);
+  fuse_reply_attr(req, &st.value(), attr_timeout(fs, ino));
 }
 
 void op_readlink(fuse_req_t req, fuse_ino_t ino) {
@@ -202,7 +212,8 @@ void control_readdir(fuse_req_t req, size_t size, off_t off, bool plus) {
     fuse_entry_param e;
     memset(&e, 0, sizeof(e));
     e.attr = control_attr(id.value_or(kControlDirId));
-    e.ino = plus && id ? *id : 0;  // no references for control nodes: they are never forgotten
+    // No nodes for control files here: an open looks them up (with no-open, a snapshot each).
+    e.ino = 0;
     const auto next = static_cast<off_t>(i + 1);
     const size_t n =
         plus ? fuse_add_direntry_plus(req, buf.data() + used, size - used, names[i], &e, next)
@@ -271,6 +282,12 @@ void release_handle(Filesystem& fs, fuse_ino_t ino, FileHandle* handle) {
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (fs_of(req).options().implicit_opens) {
+    // --data-path no-open: from this answer on the kernel opens every file of the mount
+    // without asking (fusefs/implicit_opens.h).
+    fuse_reply_err(req, ENOSYS);
+    return;
+  }
   auto opened = fs_of(req).open(ino, fi->flags);
   if (!opened.is_ok()) {
     reply_status(req, opened.status());
@@ -396,14 +413,13 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
   return CopyRead::kSent;
 }
 
-void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
   // Reply straight from the fd: libfuse splices it when the kernel allows, else preads. With
   // FD_RETRY it goes on after a short read (a source over FUSE or a network filesystem may give
   // one); without, the short reply would tell the kernel that the file ends there.
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags =
       static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
-  FileHandle& file = *file_of(fi);
   if (file.is_control) {
     // A copy, not a pointer into the handle: once the kernel has the reply (inside writev),
     // it may send RELEASE, and another worker may free the handle before writev returns.
@@ -433,6 +449,31 @@ void op_read(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fi
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
+// A read that came without a file handle: the kernel opened the file without asking
+// (--data-path no-open).
+void reply_implicit_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
+  Filesystem& fs = fs_of(req);
+  if (is_control(ino)) {
+    const std::string chunk = fs.control_file_read(ino, static_cast<uint64_t>(off), size);
+    fuse_reply_buf(req, chunk.data(), chunk.size());
+    return;
+  }
+  auto lease = fs.implicit_open(ino, static_cast<uint64_t>(off));
+  if (!lease.is_ok()) {
+    reply_status(req, lease.status());
+    return;
+  }
+  reply_read(req, lease.value()->handle(), size, off);  // the lease outlives the reply
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  if (fi->fh == 0) {
+    reply_implicit_read(req, ino, size, off);
+    return;
+  }
+  reply_read(req, *file_of(fi), size, off);
+}
+
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t /*mode*/,
                fuse_file_info* fi) {
   Filesystem& fs = fs_of(req);
@@ -454,6 +495,10 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t /*mod
 
 void op_write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size, off_t off,
               fuse_file_info* fi) {
+  if (fi->fh == 0) {
+    fuse_reply_err(req, kReadOnlyError);  // opened without asking (no-open): never an upload
+    return;
+  }
   Status written =
       fs_of(req).write(*file_of(fi), static_cast<uint64_t>(off), std::string_view(data, size));
   if (!written.is_ok()) {
@@ -464,10 +509,31 @@ void op_write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size,
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  if (fi->fh == 0) {
+    // Opened without asking (no-open): ENOSYS stops FLUSH for the whole mount, saving a round
+    // trip per close. Uploads then publish at fsync (the Python helper and `epochfs publish`
+    // call it) or at RELEASE, and their close no longer reports a refusal (docs/design.md).
+    fuse_reply_err(req, ENOSYS);
+    return;
+  }
+  reply_status(req, fs_of(req).flush(*file_of(fi)));
+}
+
+// An upload is published at fsync, which reports its verdict whatever the data path (a close
+// may not ask the daemon: see op_flush). Nothing else is written, so nothing else to sync.
+void op_fsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* fi) {
+  if (fi->fh == 0) {
+    fuse_reply_err(req, 0);
+    return;
+  }
   reply_status(req, fs_of(req).flush(*file_of(fi)));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (fi->fh == 0) {
+    fuse_reply_err(req, 0);
+    return;
+  }
   release_handle(fs_of(req), ino, file_of(fi));
   fuse_reply_err(req, 0);
 }
@@ -550,7 +616,7 @@ fuse_lowlevel_ops make_operations() {
   ops.access = Guarded<op_access>::call;
   // Modifying operations: each answers EROFS through reply_read_only.
   ops.setattr = [](fuse_req_t req, fuse_ino_t ino, struct stat*, int, fuse_file_info*) {
-    if (ino >= kUploadIdBase) {
+    if (is_upload(ino)) {
       // Writers of an order may truncate it or set its mode and times: nothing to keep.
       const struct stat st = control_attr(ino);
       fuse_reply_attr(req, &st, 0);
@@ -572,6 +638,7 @@ fuse_lowlevel_ops make_operations() {
   ops.write = Guarded<op_write>::call;
   ops.create = Guarded<op_create>::call;
   ops.flush = Guarded<op_flush>::call;
+  ops.fsync = Guarded<op_fsync>::call;
   ops.setxattr = [](fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
     reply_read_only(req);
   };

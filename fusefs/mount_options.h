@@ -12,8 +12,10 @@ namespace epochfs::fusefs {
 
 // How reads of cached files reach the reader: kClassic, every read is a request to the daemon;
 // kPassthrough, the kernel reads cached copies itself where it can (Linux 6.9+, root), else
-// classic (fusefs/passthrough.h).
-enum class DataPath { kClassic, kPassthrough };
+// classic (fusefs/passthrough.h); kAuto, the same, logged as a choice rather than a demand;
+// kNoOpen, the kernel opens files without asking the daemon and keeps their pages
+// (fusefs/implicit_opens.h).
+enum class DataPath { kAuto, kClassic, kPassthrough, kNoOpen };
 
 struct MountOptions {
   std::string source;

@@ -201,7 +201,9 @@ uint32_t register_backing(int fd) {
 
 bool install(fuse_session* se, DataPath path) {
   State& s = state();
-  if (path == DataPath::kClassic) {
+  if (path == DataPath::kClassic || path == DataPath::kNoOpen) {
+    s.why = path == DataPath::kNoOpen ? "not requested (--data-path no-open)"
+                                      : "not requested (--data-path classic)";
     return true;
   }
   s.wanted = true;

@@ -143,7 +143,9 @@ int run_mount(const MountOptions& o) {
     }
     cache = std::move(opened).value();
   }
-  Filesystem fs(std::move(source).value(), root_st.value(), o.fs, std::move(cache), o.engine);
+  FilesystemOptions fs_options = o.fs;
+  fs_options.implicit_opens = o.data_path == DataPath::kNoOpen;
+  Filesystem fs(std::move(source).value(), root_st.value(), fs_options, std::move(cache), o.engine);
 
   FuseArgs arg_strings;
   fill_args(o, arg_strings);
@@ -193,6 +195,10 @@ int run_mount(const MountOptions& o) {
         o.metrics_file, [&fs] { return fs.metrics(); }, kMetricsPeriod);
   }
   cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
+  if (fs_options.implicit_opens) {
+    cachestore::log(LogLevel::kInfo,
+                    "data path: no-open (the kernel opens files itself and keeps their pages)");
+  }
   const int rc = serve(se.get(), o);
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
   fuse_session_unmount(se.get());

@@ -59,12 +59,14 @@ int cmd_publish(const PublishOptions& o) {
          cachestore::write_all(out.get(), std::string_view(buf, static_cast<size_t>(n)), target)
              .is_ok();
   }
-  // The close publishes; it fails when the daemon refused the order.
+  // fsync publishes, and fails when the daemon refused the order; the close would too, but
+  // with --data-path no-open a close does not reach the daemon.
+  const bool synced = ok && ::fsync(out.get()) == 0;
   const int closed = ::close(out.release());
   auto stats = read_stats(mountpoint);
   const std::string message =
       stats ? stats->values["prefetch.last_publish.message"] : std::string("no report");
-  if (!ok || closed != 0) {
+  if (!synced || closed != 0) {
     fprintf(stderr, "epochfs: %s: %s\n", o.file.c_str(), message.c_str());
     return 1;
   }

@@ -142,11 +142,15 @@ CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_lev
                 "for a day");
   cmd->add_option("--data-path", o.data_path,
                   "classic: every read comes to the daemon; passthrough: the kernel reads "
-                  "cached copies itself where it can (Linux 6.9+, root), else classic")
+                  "cached copies itself where it can (Linux 6.9+, root), else classic; auto: "
+                  "passthrough where it can, else classic; no-open: the kernel opens files "
+                  "without asking and keeps their pages (hot files never reach the daemon)")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, epochfs::fusefs::DataPath>{
+              {"auto", epochfs::fusefs::DataPath::kAuto},
               {"classic", epochfs::fusefs::DataPath::kClassic},
-              {"passthrough", epochfs::fusefs::DataPath::kPassthrough}},
+              {"passthrough", epochfs::fusefs::DataPath::kPassthrough},
+              {"no-open", epochfs::fusefs::DataPath::kNoOpen}},
           CLI::ignore_case));
   cmd->add_option("--metrics-file", o.metrics_file,
                   "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");

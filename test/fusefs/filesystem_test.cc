@@ -156,3 +156,91 @@ TEST_CASE("handles the kernel never released are freed with the filesystem", "[f
 }
 
 }  // namespace epochfs::fusefs
+
+namespace epochfs::fusefs {
+namespace {
+
+// A Filesystem over a source of n files as --data-path no-open serves it.
+struct ImplicitFixture {
+  fs::path base;
+  std::unique_ptr<Filesystem> filesystem;
+
+  explicit ImplicitFixture(int files) {
+    char tmpl[] = "/tmp/epochfs-fs-XXXXXX";
+    base = mkdtemp(tmpl);
+    fs::create_directories(base / "src");
+    for (int i = 0; i < files; ++i) {
+      std::ofstream(base / "src" / ("f" + std::to_string(i))) << "data " << i;
+    }
+    auto root = cachestore::RootDir::open(base / "src");
+    REQUIRE(root.is_ok());
+    auto st = root.value().stat_at("");
+    REQUIRE(st.is_ok());
+    FilesystemOptions options;
+    options.implicit_opens = true;
+    filesystem = std::make_unique<Filesystem>(std::move(root).value(), st.value(), options);
+  }
+
+  ~ImplicitFixture() {
+    filesystem.reset();
+    fs::remove_all(base);
+  }
+
+  ImplicitFixture(const ImplicitFixture&) = delete;
+  ImplicitFixture& operator=(const ImplicitFixture&) = delete;
+
+  InodeId id_of(int i) {
+    auto e = filesystem->lookup(kRootInodeId, "f" + std::to_string(i));
+    REQUIRE(e.is_ok());
+    return e.value().id;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("reads without a handle reuse an open, open afresh at offset 0, keep a bounded number",
+          "[filesystem][no-open]") {
+  ImplicitFixture f(kImplicitOpensKept + 10);
+  const InodeId first = f.id_of(0);
+  auto a = f.filesystem->implicit_open(first, 0);
+  REQUIRE(a.is_ok());
+  auto b = f.filesystem->implicit_open(first, 4096);
+  REQUIRE(b.is_ok());
+  CHECK(&b.value()->handle() == &a.value()->handle());  // a later read of the same open
+  auto c = f.filesystem->implicit_open(first, 0);
+  REQUIRE(c.is_ok());
+  CHECK(&c.value()->handle() != &a.value()->handle());  // a reader starting the file again
+  CHECK(f.filesystem->engine_stats().opens == 2);
+  for (size_t i = 1; i < kImplicitOpensKept + 10; ++i) {
+    REQUIRE(f.filesystem->implicit_open(f.id_of(static_cast<int>(i)), 0).is_ok());
+  }
+  CHECK(f.filesystem->implicit_opens_kept() == kImplicitOpensKept);
+  // The leases held here still read: a dropped open closes only when its last read ends.
+  char buf[16] = {};
+  CHECK(::pread(a.value()->handle().read_fd.load(), buf, sizeof(buf), 0) == 6);
+  CHECK(std::string(buf) == "data 0");
+}
+
+TEST_CASE("without opens each lookup of a control file is a snapshot of its own",
+          "[filesystem][no-open]") {
+  ImplicitFixture f(3);
+  auto one = f.filesystem->lookup(kControlDirId, "stats");
+  auto two = f.filesystem->lookup(kControlDirId, "stats");
+  REQUIRE(one.is_ok());
+  REQUIRE(two.is_ok());
+  CHECK(one.value().id != two.value().id);
+  auto st = f.filesystem->getattr(one.value().id);
+  REQUIRE(st.is_ok());
+  const std::string before = f.filesystem->control_file_read(one.value().id, 0, 1 << 20);
+  CHECK(before.size() == static_cast<size_t>(st.value().st_size));
+  CHECK(before.find("\"opens\": 0") != std::string::npos);
+  REQUIRE(f.filesystem->implicit_open(f.id_of(1), 0).is_ok());
+  // The first snapshot keeps its content; the second was made after the open.
+  CHECK(f.filesystem->control_file_read(one.value().id, 0, 1 << 20) == before);
+  CHECK(f.filesystem->control_file_read(two.value().id, 0, 1 << 20).find("\"opens\": 1") !=
+        std::string::npos);
+  f.filesystem->forget(one.value().id, 1);
+  CHECK(f.filesystem->control_file_read(one.value().id, 0, 1 << 20).empty());
+}
+
+}  // namespace epochfs::fusefs

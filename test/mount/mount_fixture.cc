@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -89,9 +90,40 @@ Mount::~Mount() {
   }
 }
 
+namespace {
+
+// What a daemon that outlived its unmount is doing, and which mounts remain at its mountpoint:
+// the evidence for a rare case seen under ASan (the unmount succeeded, the daemon kept
+// reading /dev/fuse).
+std::string daemon_report(pid_t pid, const std::string& mountpoint) {
+  std::ostringstream out;
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    if (line.find(mountpoint) != std::string::npos) {
+      out << "mount: " << line << "\n";
+    }
+  }
+  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator(task_dir, ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::ifstream wchan(task.path() / "wchan");
+    std::string name, waits;
+    std::getline(comm, name);
+    std::getline(wchan, waits);
+    out << "thread " << task.path().filename().string() << " " << name << ": " << waits << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
 std::optional<int> Mount::wait_exit() {
   auto code = tools::wait_exit(pid_, kMountTimeout);
   reaped_ = code.has_value();
+  if (!code) {
+    UNSCOPED_INFO("the daemon is still running:\n" << daemon_report(pid_, mountpoint_));
+  }
   return code;
 }
 

@@ -121,7 +121,7 @@ def _header(form=None, epoch=None, stream=None, count=None):
 
 
 def _write(root, name, header, lines):
-    """Writes one file into the control directory; its close publishes it."""
+    """Writes one file into the control directory; fsync (or the close) publishes it."""
     text = "\n".join(itertools.chain(header, lines)) + "\n"
     path = os.path.join(root, _CONTROL, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -132,10 +132,24 @@ def _write(root, name, header, lines):
     except BaseException:
         os.close(fd)
         raise
+    # fsync publishes and reports a refusal; the close would too, but with
+    # --data-path no-open a close does not reach the daemon.
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # the close repeats the refusal
+        raise _refused(root, e, path) from None
     try:
         os.close(fd)
     except OSError as e:
-        raise PublishError(e.errno, _last_message(root) or os.strerror(e.errno), path) from None
+        raise _refused(root, e, path) from None
+
+
+def _refused(root, error, path):
+    return PublishError(error.errno, _last_message(root) or os.strerror(error.errno), path)
 
 
 def _last_message(root):

@@ -1,0 +1,110 @@
+// --data-path no-open (fusefs/implicit_opens.h) and auto on real mounts: the kernel opens files
+// without asking, so a file whose pages are cached never reaches the daemon; reads that do
+// come are served byte for byte; control files stay live; orders still publish, with their
+// verdict at fsync; an open for writing succeeds but nothing is written. The cache and parity
+// tests also run once with no-open (test/CMakeLists.txt).
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "cachestore/unique_fd.h"
+#include "test/mount/mount_fixture.h"
+#include "tools/read_bench.h"
+#include "tools/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+const std::vector<std::string> kNoOpen = {"--data-path", "no-open"};
+
+std::string mode_of(const Mount& mount) {
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  return doc->values["data_path.mode"];
+}
+
+}  // namespace
+
+TEST_CASE("with no-open cached pages serve reads without the daemon, byte for byte",
+          "[mount][no-open]") {
+  TempDir dir;
+  write_files(dir / "src", 20, 300000);  // several READs per file: one open serves them
+  Mount mount(dir / "src", dir / "mnt", kNoOpen);
+  CHECK(mode_of(mount) == "no-open");
+  check_files(mount.path(), dir / "src", 20);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "opens") == 20);
+  CHECK(stat_of(mount, "misses") == 20);
+  REQUIRE(tools::drop_page_cache());
+  check_files(mount.path(), dir / "src", 20);
+  CHECK(stat_of(mount, "hits") == 20);
+  CHECK(stat_of(mount, "bytes_from_cache") == 20 * 300000);
+  // Hot: the kernel has every page and asks nothing.
+  check_files(mount.path(), dir / "src", 20);
+  CHECK(stat_of(mount, "opens") == 40);
+}
+
+TEST_CASE("with no-open stats are live and orders publish, refusals reported at fsync",
+          "[mount][no-open]") {
+  TempDir dir;
+  write_files(dir / "src", 5, 1000);
+  Mount mount(dir / "src", dir / "mnt", kNoOpen);
+  check_same(mount / "f0", dir / "src/f0");  // the first open: no OPEN is sent from now on
+  CHECK(stat_of(mount, "opens") == 1);
+  check_same(mount / "f1", dir / "src/f1");
+  CHECK(stat_of(mount, "opens") == 2);  // a new read of stats sees the new figure
+
+  std::ofstream(dir / "good.txt") << "f3\nf4\n";
+  auto good = run_epochfs({"publish", mount.path(), dir / "good.txt"});
+  CHECK(good.exit_code == 0);
+  CHECK(good.output.find("2 entries published") != std::string::npos);
+  std::ofstream(dir / "cut.txt") << "#count 5\nf1\n";
+  auto cut = run_epochfs({"publish", mount.path(), dir / "cut.txt"});
+  CHECK(cut.exit_code == 1);
+  CHECK(cut.output.find("cut short") != std::string::npos);
+  // A plain copy still publishes (at its release, as its close does not reach the daemon).
+  CHECK(run_command({"cp", dir / "good.txt", mount / ".epochfs/order"}).exit_code == 0);
+  for (int i = 0; i < 100 && stat_of(mount, "prefetch.publishes") < 2; ++i) {
+    usleep(20000);
+  }
+  CHECK(stat_of(mount, "prefetch.publishes") == 2);
+}
+
+TEST_CASE("with no-open an open for writing succeeds but nothing is written", "[mount][no-open]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 1000);
+  Mount mount(dir / "src", dir / "mnt", kNoOpen);
+  check_same(mount / "f0", dir / "src/f0");
+  cachestore::UniqueFd fd(::open((mount / "f1").c_str(), O_WRONLY));
+  REQUIRE(fd.valid());
+  errno = 0;
+  CHECK(::write(fd.get(), "x", 1) == -1);
+  CHECK(errno == EROFS);
+  fd.reset();
+  check_same(mount / "f1", dir / "src/f1");
+}
+
+TEST_CASE("auto reads cached files through the kernel where it can, else classic",
+          "[mount][passthrough]") {
+  TempDir dir;
+  write_files(dir / "src", 3, 50000);
+  SECTION("the kernel offers passthrough") {
+    Mount mount(dir / "src", dir / "mnt", {"--data-path", "auto"});
+    CHECK(mode_of(mount) == "passthrough");
+    check_files(mount.path(), dir / "src", 3);
+  }
+  SECTION("it does not") {
+    REQUIRE(setenv("EPOCHFS_TEST_DENY_PASSTHROUGH", "1", 1) == 0);
+    Mount mount(dir / "src", dir / "mnt", {"--data-path", "auto"});
+    unsetenv("EPOCHFS_TEST_DENY_PASSTHROUGH");
+    CHECK(mode_of(mount) == "classic");
+    check_files(mount.path(), dir / "src", 3);
+  }
+}
+
+}  // namespace epochfs::test
