@@ -1,5 +1,6 @@
 // `epochfs demo`: make a sample dataset, mount it, and read it through the mount and directly,
-// side by side in one run (the machines are shared, so only ratios measured together count).
+// and through peers mounted over the same source (--peer), side by side in one run (the
+// machines are shared, so only ratios measured together count).
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -8,7 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tools/commands.h"
 #include "tools/dataset.h"
@@ -21,11 +25,14 @@ namespace {
 
 constexpr auto kMountTimeout = std::chrono::seconds(20);
 
-// The median of `rounds` runs; direct and mount runs alternate so drift hits both alike.
-struct SideBySide {
-  ReadFigures direct;
-  ReadFigures mount;
+// A filesystem read in the comparison: the source directly, the epochfs mount, a peer's.
+struct Target {
+  std::string name;
+  std::string root;
 };
+
+// The median of `rounds` runs per target; the targets' runs alternate, so drift hits all alike.
+using Medians = std::vector<ReadFigures>;
 
 ReadFigures median(std::vector<ReadFigures> runs) {
   std::sort(runs.begin(), runs.end(),
@@ -41,22 +48,106 @@ ReadFigures one_pass(const std::string& root, const std::vector<std::string>& pa
   return read_files(root, paths, threads);
 }
 
-SideBySide measure(const std::string& src, const std::string& mnt,
-                   const std::vector<std::string>& paths, unsigned threads, unsigned rounds,
-                   bool cold) {
-  std::vector<ReadFigures> direct, mount;
+Medians measure(const std::vector<Target>& targets, const std::vector<std::string>& paths,
+                unsigned threads, unsigned rounds, bool cold) {
+  std::vector<std::vector<ReadFigures>> runs(targets.size());
   for (unsigned r = 0; r < rounds; ++r) {
-    direct.push_back(one_pass(src, paths, threads, cold));
-    mount.push_back(one_pass(mnt, paths, threads, cold));
+    for (size_t t = 0; t < targets.size(); ++t) {
+      runs[t].push_back(one_pass(targets[t].root, paths, threads, cold));
+    }
   }
-  return {median(direct), median(mount)};
+  Medians out;
+  for (auto& r : runs) {
+    out.push_back(median(std::move(r)));
+  }
+  return out;
 }
 
-void print_row(unsigned threads, const SideBySide& m) {
-  printf("%7u  %12.0f %9.0f  %12.0f %9.0f  %6.2f\n", threads, m.direct.files_per_s(),
-         m.direct.mb_per_s(), m.mount.files_per_s(), m.mount.mb_per_s(),
-         m.mount.files_per_s() / m.direct.files_per_s());
+// The first target is the direct read every other is compared with.
+void print_header(const std::vector<Target>& targets) {
+  printf("threads  %14s      MB/s", (targets[0].name + " files/s").c_str());
+  for (size_t t = 1; t < targets.size(); ++t) {
+    printf("  %14s      MB/s  ratio", (targets[t].name + " files/s").c_str());
+  }
+  printf("\n");
 }
+
+void print_row(unsigned threads, const Medians& m) {
+  printf("%7u  %14.0f %9.0f", threads, m[0].files_per_s(), m[0].mb_per_s());
+  for (size_t t = 1; t < m.size(); ++t) {
+    printf("  %14.0f %9.0f  %5.2f", m[t].files_per_s(), m[t].mb_per_s(),
+           m[t].files_per_s() / m[0].files_per_s());
+  }
+  printf("\n");
+}
+
+uint64_t errors_of(const Medians& m) {
+  uint64_t errors = 0;
+  for (const auto& f : m) {
+    errors += f.errors;
+  }
+  return errors;
+}
+
+// A peer's mount of the source, read-only and tuned for reading, as its documentation
+// suggests; torn down when it goes out of scope.
+struct PeerSpec {
+  const char* name;
+  const char* fstype;
+  std::vector<std::string> (*argv)(const std::string& src, const std::string& mnt,
+                                   const std::string& scratch);
+};
+
+const PeerSpec kPeers[] = {
+    {"bindfs", "fuse",
+     [](const std::string& src, const std::string& mnt, const std::string&) {
+       return std::vector<std::string>{"bindfs", "-f", "--multithreaded", "-o", "ro", src, mnt};
+     }},
+    {"mergerfs", "fuse.mergerfs",
+     [](const std::string& src, const std::string& mnt, const std::string&) {
+       return std::vector<std::string>{"mergerfs", "-f", "-o", "ro,cache.files=auto-full",
+                                       src,        mnt};
+     }},
+    {"rclone", "fuse.rclone",
+     [](const std::string& src, const std::string& mnt, const std::string& scratch) {
+       return std::vector<std::string>{
+           "rclone", "mount",       src,     mnt,           "--read-only", "--vfs-cache-mode",
+           "full",   "--cache-dir", scratch, "--log-level", "ERROR"};
+     }},
+};
+
+const PeerSpec* find_peer(const std::string& name) {
+  for (const auto& p : kPeers) {
+    if (name == p.name) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+class PeerMount {
+ public:
+  PeerMount(const PeerSpec& spec, const std::string& src, const std::string& dir)
+      : mnt_(dir + "/peer-" + spec.name) {
+    std::filesystem::create_directories(mnt_);
+    pid_ = spawn(spec.argv(src, mnt_, dir + "/peer-" + spec.name + ".cache"));
+    up_ = pid_ > 0 && wait_for_mount(mnt_, spec.fstype, pid_, kMountTimeout);
+  }
+
+  ~PeerMount() { stop_mount(mnt_, pid_, kMountTimeout); }
+
+  PeerMount(const PeerMount&) = delete;
+  PeerMount& operator=(const PeerMount&) = delete;
+
+  bool up() const { return up_; }
+
+  const std::string& path() const { return mnt_; }
+
+ private:
+  std::string mnt_;
+  pid_t pid_ = -1;
+  bool up_ = false;
+};
 
 // Waits until the mount has no copy in flight, so later passes measure the cache.
 void wait_for_staging(const std::string& mnt) {
@@ -73,13 +164,12 @@ void wait_for_staging(const std::string& mnt) {
 // source directly.
 int first_read(const std::string& src, const std::string& mnt,
                const std::vector<std::string>& paths, unsigned threads) {
-  const ReadFigures direct = one_pass(src, paths, threads, true);
-  const ReadFigures mount = one_pass(mnt, paths, threads, true);
+  const Medians m = {one_pass(src, paths, threads, true), one_pass(mnt, paths, threads, true)};
   printf("\nfirst read, cache empty, cold page cache, %u threads\n", threads);
-  printf("threads  direct files/s      MB/s   mount files/s      MB/s  ratio\n");
-  print_row(threads, SideBySide{direct, mount});
+  print_header({{"direct", src}, {"epochfs", mnt}});
+  print_row(threads, m);
   wait_for_staging(mnt);
-  return direct.errors + mount.errors == 0 ? 0 : 1;
+  return errors_of(m) == 0 ? 0 : 1;
 }
 
 int run_demo(const DemoOptions& o, const std::string& dir) {
@@ -88,7 +178,8 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
   DatasetSpec spec;
   spec.num_files = o.files;
   spec.num_classes = std::max<size_t>(1, o.files / 100);
-  printf("epochfs demo: dataset of %zu files (lognormal, mean 110 KB) in %s\n", o.files,
+  spec.mean_file_bytes = o.mean_kb * 1024;
+  printf("epochfs demo: dataset of %zu files (lognormal, mean %.0f KB) in %s\n", o.files, o.mean_kb,
          src.c_str());
   fflush(stdout);
   auto paths = make_dataset(src, spec);
@@ -118,17 +209,30 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
   if (o.cold) {
     rc |= first_read(src, mnt, paths.value(), o.threads.back());
   }
-  read_files(src, paths.value(), 4);
-  rc |= read_files(mnt, paths.value(), 4).errors == 0 ? 0 : 1;
+  std::vector<Target> targets = {{"direct", src}, {"epochfs", mnt}};
+  std::vector<std::unique_ptr<PeerMount>> peers;
+  for (const auto& name : o.peers) {
+    peers.push_back(std::make_unique<PeerMount>(*find_peer(name), src, dir));
+    if (!peers.back()->up()) {
+      fprintf(stderr, "epochfs demo: %s did not mount; left out\n", name.c_str());
+      continue;
+    }
+    targets.push_back({name, peers.back()->path()});
+  }
+  // One pass through each first: copies staged, a peer's own cache filled.
+  for (const auto& t : targets) {
+    rc |= read_files(t.root, paths.value(), 4).errors == 0 ? 0 : 1;
+  }
   wait_for_staging(mnt);
   printf("\n%s page cache, files %s, whole-file reads, median of %u rounds\n",
          o.cold ? "cold" : "hot", o.no_cache ? "read from the source" : "in the cache", o.rounds);
-  printf("threads  direct files/s      MB/s   mount files/s      MB/s  ratio\n");
+  print_header(targets);
   for (unsigned t : o.threads) {
-    const SideBySide m = measure(src, mnt, paths.value(), t, o.rounds, o.cold);
+    const Medians m = measure(targets, paths.value(), t, o.rounds, o.cold);
     print_row(t, m);
-    rc |= (m.direct.errors + m.mount.errors) == 0 ? 0 : 1;
+    rc |= errors_of(m) == 0 ? 0 : 1;
   }
+  peers.clear();
   auto code = stop_mount(mnt, pid, kMountTimeout);
   if (code != 0) {
     fprintf(stderr, "epochfs demo: the daemon did not exit cleanly\n");

@@ -95,6 +95,7 @@ int cmd_bench_policy(const BenchPolicyOptions& options);
 struct DemoOptions {
   std::string dir;  // work dir; a fresh temporary one if empty
   size_t files = 10000;
+  double mean_kb = 110;  // mean file size (lognormal)
   std::vector<unsigned> threads = {1, 8};
   unsigned rounds = 3;
   bool immutable = true;
@@ -105,6 +106,8 @@ struct DemoOptions {
   bool no_cache = false;
   // Extra `epochfs mount` arguments, to compare configurations.
   std::vector<std::string> mount_args;
+  // Peers mounted over the same source and read in the same rounds: bindfs, mergerfs, rclone.
+  std::vector<std::string> peers;
 };
 
 int cmd_demo(const DemoOptions& options);

@@ -289,6 +289,9 @@ int run(int argc, char** argv) {
   auto* demo_cmd = app.add_subcommand("demo", "Read a sample dataset through a mount and directly");
   demo_cmd->add_option("--dir", demo.dir, "Work directory (default: a new temporary one)");
   demo_cmd->add_option("--files", demo.files, "Number of files")->default_val(demo.files);
+  demo_cmd->add_option("--mean-kb", demo.mean_kb, "Mean file size in KB (lognormal)")
+      ->default_val(demo.mean_kb)
+      ->check(CLI::Range(1.0, 1e6));
   demo_cmd->add_option("--threads", demo.threads, "Reader thread counts")->delimiter(',');
   demo_cmd->add_option("--rounds", demo.rounds, "Rounds per figure (median)")->default_val(3);
   demo_cmd->add_flag("--immutable,!--no-immutable", demo.immutable, "Mount with --immutable");
@@ -296,6 +299,12 @@ int run(int argc, char** argv) {
   demo_cmd->add_flag("--cold", demo.cold,
                      "Drop the page cache before every pass (root); also measures the first read");
   demo_cmd->add_flag("--no-cache", demo.no_cache, "Mount without the local-disk cache");
+  demo_cmd
+      ->add_option("--peer", demo.peers,
+                   "Also read through a peer mounted over the same source: bindfs, "
+                   "mergerfs, rclone (--vfs-cache-mode full)")
+      ->check(CLI::IsMember({"bindfs", "mergerfs", "rclone"}))
+      ->delimiter(',');
   demo_cmd->add_option("--mount-arg", demo.mount_args, "Extra argument for epochfs mount")
       ->allow_extra_args(false);
 

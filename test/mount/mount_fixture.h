@@ -99,7 +99,8 @@ class FaultFs {
   void set_rules(const std::string& rules);
   bool try_set_rules(const std::string& rules);
 
-  // Lets every hung request go on.
+  // Lets every request hung now go on. A request arriving later still meets the hang rules:
+  // clear them first.
   void release();
 
   // The counters as JSON: {"injected": N, "paths": {"/f0": {"opens": .., "reads": .., "bytes":
