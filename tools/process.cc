@@ -39,7 +39,7 @@ pid_t spawn(const std::vector<std::string>& argv) {
     if (getppid() != parent) {
       _exit(127);  // the parent died before prctl took effect
     }
-    execv(args[0], args.data());
+    execvp(args[0], args.data());
     _exit(127);
   }
   return pid;

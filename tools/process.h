@@ -11,8 +11,9 @@
 
 namespace epochfs::tools {
 
-// Starts argv[0] with argv. The child gets SIGTERM if this process dies, so a crashed test
-// never leaves a daemon behind (its SIGTERM handler unmounts). Returns -1 on failure.
+// Starts argv[0] (looked up in PATH if it has no slash) with argv. The child gets SIGTERM if this
+// process dies, so a crashed test never leaves a daemon behind (its SIGTERM handler unmounts).
+// Returns -1 on failure.
 pid_t spawn(const std::vector<std::string>& argv);
 
 // Exit code of pid (128+signal if killed), or nullopt if it did not exit within timeout.
