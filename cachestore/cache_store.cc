@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -445,6 +446,12 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   // The copy must still be what we wrote: present and of the right size. The content hash is
   // recorded at staging but not re-read here: that would read every hit twice.
   UniqueFd fd = open_object(name);
+  if (!fd.valid() && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+    // Out of descriptors or memory: the daemon's state, not the copy's. The copy stays.
+    log(LogLevel::kWarning, "cache: cannot open copy %s now: %s", name.c_str(), strerror(errno));
+    unpin(id);
+    return std::nullopt;
+  }
   struct stat st;
   if (fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size) &&
       verify_copy(id, fd.get())) {

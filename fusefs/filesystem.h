@@ -36,7 +36,7 @@ namespace epochfs::fusefs {
 // The errno for every modifying operation.
 inline constexpr int kReadOnlyError = EROFS;
 
-// Opens kept for reads without a handle (--data-path no-open): fds held at most.
+// Opens kept for reads without a handle (--data-path no-open), by default.
 inline constexpr size_t kImplicitOpensKept = 256;
 
 struct FilesystemOptions {
@@ -48,6 +48,8 @@ struct FilesystemOptions {
   // --data-path no-open: the kernel sends no OPEN or RELEASE, reads come without a handle
   // (fusefs/implicit_opens.h) and control files are served from snapshots.
   bool implicit_opens = false;
+  // Opens kept for reads without a handle: fds held at most.
+  size_t implicit_opens_kept = kImplicitOpensKept;
 };
 
 struct Entry {
@@ -182,7 +184,7 @@ class Filesystem {
   cachestore::Mutex snapshots_mu_;
   std::unordered_map<InodeId, Snapshot> snapshots_ GUARDED_BY(snapshots_mu_);
   // Last: its opens are released (into files_ and the engine) before anything else goes.
-  ImplicitOpens implicit_{*this, kImplicitOpensKept};
+  ImplicitOpens implicit_{*this, options_.implicit_opens_kept};
 };
 
 }  // namespace epochfs::fusefs

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,10 +119,44 @@ void raise_open_files_limit() {
   }
 }
 
+// Fits the daemon's threads to its open-files limit, so that readers never get EMFILE: each
+// FUSE worker may hold two pipes (four fds: libfuse's for splicing requests, ours for copies),
+// each running copy a source and a cache file (three with the directory), each implicit open
+// one file, and each queued copy of a miss the reader's source fd (duplicated). Workers,
+// copies and implicit opens get at most a sixteenth of the limit each, the readers' own open
+// files a quarter (at least 128), and the queue of copies what is left. Under the usual limit
+// (thousands) nothing changes.
+MountOptions fit_to_open_files_limit(MountOptions o, std::string* note) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
+    return o;
+  }
+  const uint64_t limit = lim.rlim_cur;
+  const auto share = static_cast<unsigned>(limit / 16);
+  const unsigned threads = std::min(o.threads, std::max(4u, share));
+  const unsigned copies = std::min(o.engine.stage_threads, std::max(2u, share));
+  const size_t implicit = std::min<size_t>(o.fs.implicit_opens_kept, std::max(16u, share));
+  const uint64_t taken =
+      std::max<uint64_t>(limit / 4, 128) + 4 * uint64_t{threads} + 3 * uint64_t{copies} + implicit;
+  const uint64_t queue = std::max<uint64_t>(4, limit > taken ? limit - taken : 0);
+  if (threads < o.threads || copies < o.engine.stage_threads) {
+    *note = "open-files limit " + std::to_string(limit) + ": at most " + std::to_string(threads) +
+            " FUSE threads and " + std::to_string(copies) + " copies at once";
+  }
+  o.threads = threads;
+  o.engine.stage_threads = copies;
+  o.engine.max_pending_copies =
+      static_cast<unsigned>(std::min<uint64_t>(o.engine.max_pending_copies, queue));
+  o.fs.implicit_opens_kept = implicit;
+  return o;
+}
+
 }  // namespace
 
-int run_mount(const MountOptions& o) {
+int run_mount(const MountOptions& options) {
   raise_open_files_limit();
+  std::string limit_note;  // logged once the log goes where it should
+  const MountOptions o = fit_to_open_files_limit(options, &limit_note);
   auto source = cachestore::RootDir::open(o.source);
   if (!source.is_ok()) {
     fprintf(stderr, "epochfs: cannot open source %s\n", source.status().to_string().c_str());
@@ -195,6 +230,9 @@ int run_mount(const MountOptions& o) {
         o.metrics_file, [&fs] { return fs.metrics(); }, kMetricsPeriod);
   }
   cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
+  if (!limit_note.empty()) {
+    cachestore::log(LogLevel::kWarning, "%s", limit_note.c_str());
+  }
   if (fs_options.implicit_opens) {
     cachestore::log(LogLevel::kInfo,
                     "data path: no-open (the kernel opens files itself and keeps their pages)");

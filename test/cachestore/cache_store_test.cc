@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -597,6 +598,41 @@ TEST_CASE("CacheStore detects a copy deleted or truncated underneath", "[cache_s
   CHECK(store->stats().dropped_damaged == 1);
   // Staged again, it is served.
   REQUIRE(stage(*store, 1, src));
+  CHECK(cached_content(*store, 1, src.version) == src.content);
+}
+
+TEST_CASE("CacheStore keeps a copy it cannot open for want of descriptors", "[cache_store]") {
+  Scratch t;
+  auto store = open_store(t.cache(), uint64_t{1} << 30);
+  const Source src = make_source(t.src(), "a/b.jpg", random_bytes(50000, 4));
+  REQUIRE(stage(*store, 1, src));
+  {
+    // Every descriptor below a low limit taken: the next open fails with EMFILE.
+    struct rlimit old;
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+
+    struct Restore {
+      struct rlimit limit;
+
+      ~Restore() { ::setrlimit(RLIMIT_NOFILE, &limit); }
+    } restore{old};
+    struct rlimit low = old;
+    low.rlim_cur = 64;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    std::vector<UniqueFd> hog;
+    while (true) {
+      UniqueFd fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (!fd.valid()) {
+        break;
+      }
+      hog.push_back(std::move(fd));
+    }
+    REQUIRE(errno == EMFILE);
+    CHECK_FALSE(store->open_copy(1, src.version).has_value());
+  }
+  // The copy is the daemon's to serve again once descriptors are free: not counted damaged.
+  CHECK(store->stats().dropped_damaged == 0);
+  CHECK(store->stats().files_ready == 1);
   CHECK(cached_content(*store, 1, src.version) == src.content);
 }
 

@@ -59,7 +59,7 @@ TempDir::~TempDir() {
 }
 
 Mount::Mount(const std::string& source, const std::string& mountpoint,
-             const std::vector<std::string>& extra_args)
+             const std::vector<std::string>& extra_args, const std::vector<std::string>& launcher)
     : mountpoint_(mountpoint) {
   fs::create_directories(mountpoint_);
   std::vector<std::string> argv = {EPOCHFS_BINARY, "mount", "--foreground", source, mountpoint};
@@ -75,6 +75,7 @@ Mount::Mount(const std::string& source, const std::string& mountpoint,
     argv.push_back("--cache-dir");
     argv.push_back(mountpoint_ + ".cache");
   }
+  argv.insert(argv.begin(), launcher.begin(), launcher.end());
   pid_ = tools::spawn(argv);
   REQUIRE(pid_ > 0);
   if (!tools::wait_for_mount(mountpoint_, "fuse.epochfs", pid_, kMountTimeout)) {

@@ -39,8 +39,10 @@ class Mount {
  public:
   // Mounts source at mountpoint (created if missing) with extra `epochfs mount` arguments.
   // The cache goes to mountpoint + ".cache" unless extra_args name a --cache-dir.
+  // launcher, if given, runs the daemon (e.g. {"prlimit", "--nofile=256:256", "--"}).
   Mount(const std::string& source, const std::string& mountpoint,
-        const std::vector<std::string>& extra_args = {});
+        const std::vector<std::string>& extra_args = {},
+        const std::vector<std::string>& launcher = {});
   ~Mount();
   Mount(const Mount&) = delete;
   Mount& operator=(const Mount&) = delete;
