@@ -5,10 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -126,6 +130,54 @@ TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][
     CHECK_FALSE(is_mounted(dir / "mnt"));
     // Nothing was made.
     CHECK(list_tree(dir.path()) == before);
+  }
+}
+
+TEST_CASE("a cache directory shared with other files: only epochfs's own directory goes",
+          "[mount][lifecycle]") {
+  TempDir dir;
+  write_files(dir / "src", 3, 50000);
+  // A directory already in use (a home-like tree): files, a hidden file, a nested tree, a
+  // symlink out, and a directory that looks like a cache of another mount's.
+  const std::string shared = dir / "home";
+  fs::create_directories(shared + "/projects/data");
+  std::ofstream(shared + "/notes.txt") << "mine";
+  std::ofstream(shared + "/.profile") << "export X=1";
+  std::ofstream(shared + "/projects/data/train.csv") << "a,b\n1,2\n";
+  fs::create_symlink(dir / "src", shared + "/link-to-src");
+  fs::create_directories(shared + "/0123456789abcdef.1");
+  std::ofstream(shared + "/0123456789abcdef.1/keep") << "not epochfs's";
+  const auto before = list_tree(shared);
+  for (const bool keep : {false, true}) {
+    INFO("--keep-cache " << keep);
+    std::vector<std::string> args = {"--cache-dir", shared};
+    if (keep) {
+      args.push_back("--keep-cache");
+    }
+    {
+      Mount mount(dir / "src", dir / "mnt", args);
+      check_files(mount.path(), dir / "src", 3);
+      wait_for_staging(mount);
+      CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+      CHECK(mount.wait_exit() == 0);
+    }
+    auto after = list_tree(shared);
+    if (keep) {
+      // The kept cache is one directory of epochfs's own: take it out, the rest is as it was.
+      std::vector<std::string> extra;
+      std::set_difference(after.begin(), after.end(), before.begin(), before.end(),
+                          std::back_inserter(extra));
+      REQUIRE_FALSE(extra.empty());
+      const std::string kept = extra.front().substr(0, extra.front().find('/'));
+      for (const auto& p : extra) {
+        CHECK(p.substr(0, p.find('/')) == kept);
+      }
+      fs::remove_all(shared + "/" + kept);
+      after = list_tree(shared);
+    }
+    CHECK(after == before);
+    CHECK(read_file(shared + "/notes.txt") == "mine");
+    CHECK(read_file(dir / "src/f0").has_value());
   }
 }
 
