@@ -40,20 +40,23 @@ ReadFigures median(std::vector<ReadFigures> runs) {
   return runs[runs.size() / 2];
 }
 
+// How a pass starts: hot, or with the page cache dropped (with or without dentries and inodes).
+enum class Start { kHot, kCold, kColdPages };
+
 ReadFigures one_pass(const std::string& root, const std::vector<std::string>& paths,
-                     unsigned threads, bool cold) {
-  if (cold && !drop_page_cache()) {
+                     unsigned threads, Start start) {
+  if (start != Start::kHot && !drop_page_cache(start == Start::kColdPages)) {
     fprintf(stderr, "epochfs demo: cannot drop the page cache (needs root)\n");
   }
   return read_files(root, paths, threads);
 }
 
 Medians measure(const std::vector<Target>& targets, const std::vector<std::string>& paths,
-                unsigned threads, unsigned rounds, bool cold) {
+                unsigned threads, unsigned rounds, Start start) {
   std::vector<std::vector<ReadFigures>> runs(targets.size());
   for (unsigned r = 0; r < rounds; ++r) {
     for (size_t t = 0; t < targets.size(); ++t) {
-      runs[t].push_back(one_pass(targets[t].root, paths, threads, cold));
+      runs[t].push_back(one_pass(targets[t].root, paths, threads, start));
     }
   }
   Medians out;
@@ -164,7 +167,8 @@ void wait_for_staging(const std::string& mnt) {
 // source directly.
 int first_read(const std::string& src, const std::string& mnt,
                const std::vector<std::string>& paths, unsigned threads) {
-  const Medians m = {one_pass(src, paths, threads, true), one_pass(mnt, paths, threads, true)};
+  const Medians m = {one_pass(src, paths, threads, Start::kCold),
+                     one_pass(mnt, paths, threads, Start::kCold)};
   printf("\nfirst read, cache empty, cold page cache, %u threads\n", threads);
   print_header({{"direct", src}, {"epochfs", mnt}});
   print_row(threads, m);
@@ -224,11 +228,15 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
     rc |= read_files(t.root, paths.value(), 4).errors == 0 ? 0 : 1;
   }
   wait_for_staging(mnt);
-  printf("\n%s page cache, files %s, whole-file reads, median of %u rounds\n",
-         o.cold ? "cold" : "hot", o.no_cache ? "read from the source" : "in the cache", o.rounds);
+  const Start start = !o.cold ? Start::kHot : o.pages_only ? Start::kColdPages : Start::kCold;
+  printf("\n%s, files %s, whole-file reads, median of %u rounds\n",
+         start == Start::kHot    ? "hot page cache"
+         : start == Start::kCold ? "cold page cache"
+                                 : "cold page cache, dentries and inodes kept",
+         o.no_cache ? "read from the source" : "in the cache", o.rounds);
   print_header(targets);
   for (unsigned t : o.threads) {
-    const Medians m = measure(targets, paths.value(), t, o.rounds, o.cold);
+    const Medians m = measure(targets, paths.value(), t, o.rounds, start);
     print_row(t, m);
     rc |= errors_of(m) == 0 ? 0 : 1;
   }

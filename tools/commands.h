@@ -102,6 +102,8 @@ struct DemoOptions {
   bool keep = false;
   // Drop the page cache before every pass (needs root): reads reach the daemon and the disk.
   bool cold = false;
+  // With cold: drop file pages only; dentries and inodes stay (no LOOKUP per file).
+  bool pages_only = false;
   // Mount with --no-cache: the overlay alone.
   bool no_cache = false;
   // Extra `epochfs mount` arguments, to compare configurations.

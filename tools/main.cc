@@ -298,6 +298,8 @@ int run(int argc, char** argv) {
   demo_cmd->add_flag("--keep", demo.keep, "Keep the work directory");
   demo_cmd->add_flag("--cold", demo.cold,
                      "Drop the page cache before every pass (root); also measures the first read");
+  demo_cmd->add_flag("--cold-pages", demo.pages_only,
+                     "With --cold: drop only file pages, keep dentries and inodes cached");
   demo_cmd->add_flag("--no-cache", demo.no_cache, "Mount without the local-disk cache");
   demo_cmd
       ->add_option("--peer", demo.peers,

@@ -29,10 +29,10 @@ int64_t read_whole(const std::string& path, std::vector<char>& buf) {
   }
 }
 
-bool drop_page_cache() {
+bool drop_page_cache(bool keep_metadata) {
   ::sync();
   cachestore::UniqueFd fd(::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC));
-  return fd.valid() && ::write(fd.get(), "3", 1) == 1;
+  return fd.valid() && ::write(fd.get(), keep_metadata ? "1" : "3", 1) == 1;
 }
 
 ReadFigures read_files(const std::string& root, const std::vector<std::string>& paths,

@@ -20,7 +20,8 @@ struct ReadFigures {
 
 // Writes back dirty pages and drops clean ones (needs root), so the next read of any file
 // reaches its filesystem: the daemon, for a FUSE mount.
-bool drop_page_cache();
+// With keep_metadata, only file pages go (drop_caches 1); dentries and inodes stay.
+bool drop_page_cache(bool keep_metadata = false);
 
 // Reads path whole through buf (any size); its size, or -1.
 int64_t read_whole(const std::string& path, std::vector<char>& buf);
