@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -331,6 +332,41 @@ TEST_CASE("a directory renamed in the source is found under its new name at once
   CHECK(::stat((mount / "new/f").c_str(), &st) == 0);
   // The old name is gone for good once the kernel asks again.
   CHECK_FALSE(read_file(mount / "old/f").has_value());
+}
+
+TEST_CASE("source changes show through the mount within the timeouts", "[mount][coherence]") {
+  TempDir dir;
+  write_files(dir / "src", 1, 5000);
+  // 0.5 s for names, attributes and misses (RELIABILITY.md P6; the defaults are 1 s).
+  Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "0.5", "--negative-timeout", "0.5"});
+  const auto within = std::chrono::seconds(3);  // the timeout, with room for a loaded machine
+  // Polls until check() holds; how long it took, or a failed check after `within`.
+  auto seen_within = [&](const std::function<bool()>& check) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!check()) {
+      if (std::chrono::steady_clock::now() - start > within) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return true;
+  };
+  struct stat st;
+  // A miss is remembered (a negative entry), then a new file appears.
+  CHECK(::stat((mount / "new").c_str(), &st) == -1);
+  REQUIRE(tools::write_content_file(dir / "src/new", 7, 1, 3000).is_ok());
+  CHECK(seen_within([&] { return ::stat((mount / "new").c_str(), &st) == 0; }));
+  check_same(mount / "new", dir / "src/new");
+  // A file grows: its new size, then its new bytes.
+  REQUIRE(::stat((mount / "f0").c_str(), &st) == 0);
+  REQUIRE(st.st_size == 5000);
+  REQUIRE(tools::write_content_file(dir / "src/f0", 0, 2, 8000).is_ok());
+  CHECK(
+      seen_within([&] { return ::stat((mount / "f0").c_str(), &st) == 0 && st.st_size == 8000; }));
+  check_same(mount / "f0", dir / "src/f0");
+  // A file goes.
+  std::filesystem::remove(dir / "src/new");
+  CHECK(seen_within([&] { return ::stat((mount / "new").c_str(), &st) == -1 && errno == ENOENT; }));
 }
 
 TEST_CASE("a file deleted in the source reads as missing, not as empty", "[mount][coherence]") {

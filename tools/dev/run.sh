@@ -14,7 +14,7 @@ packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxx
           libcli11-dev catch2 librapidcheck-dev clang-format clang-14 libfuzzer-14-dev
           python3-torch python3-torchvision python3-pytest python3-pil
           gnuplot-nox glusterfs-server glusterfs-client attr iproute2 procps
-          e2fsprogs util-linux fio)
+          e2fsprogs util-linux fio gdb)
 
 install_missing() {
   local missing=() p
