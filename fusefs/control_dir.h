@@ -52,6 +52,11 @@ struct stat control_attr(InodeId id);
 inline constexpr const char* kControlEntries[] = {"stats", "verify", "metrics"};
 inline constexpr size_t kControlEntryCount = std::size(kControlEntries);
 
+// True for the control files above (stats, verify, metrics), by their fixed ids.
+inline bool is_control_file(InodeId id) {
+  return id >= kStatsFileId && id < kStatsFileId + kControlEntryCount;
+}
+
 // The JSON document served as .epochfs/stats.
 // The JSON document served as .epochfs/verify.
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);

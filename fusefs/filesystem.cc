@@ -144,7 +144,7 @@ void Filesystem::releasedir(DirHandle* dir) {
 }
 
 Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
-  if (id < kStatsFileId || id >= kStatsFileId + kControlEntryCount) {
+  if (!is_control_file(id)) {
     return Status::error(EISDIR, "open .epochfs");
   }
   auto handle = std::make_unique<FileHandle>();
@@ -164,7 +164,7 @@ std::string Filesystem::control_content(InodeId id) {
 }
 
 Entry Filesystem::control_entry(InodeId id) {
-  if (!options_.implicit_opens || id < kStatsFileId || id >= kStatsFileId + kControlEntryCount) {
+  if (!options_.implicit_opens || !is_control_file(id)) {
     return Entry{id, control_attr(id)};
   }
   const InodeId snapshot = next_snapshot_id_.fetch_add(1, std::memory_order_relaxed);

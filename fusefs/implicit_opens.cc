@@ -56,13 +56,6 @@ void ImplicitOpens::keep(InodeId ino, std::shared_ptr<Lease> lease) {
   }
 }
 
-void ImplicitOpens::clear() {
-  std::unordered_map<InodeId, std::pair<std::shared_ptr<Lease>, Order::iterator>> dropped;
-  cachestore::MutexLock lock(mu_);
-  dropped.swap(leases_);
-  order_.clear();
-}
-
 size_t ImplicitOpens::kept() const {
   cachestore::MutexLock lock(mu_);
   return leases_.size();

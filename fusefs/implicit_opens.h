@@ -51,9 +51,6 @@ class ImplicitOpens {
   // The open to serve a read of ino at offset with (see above); the open's error otherwise.
   cachestore::Result<std::shared_ptr<Lease>> for_read(InodeId ino, uint64_t offset);
 
-  // Drops every kept open (their fds close once no read uses them).
-  void clear();
-
   size_t kept() const;
 
  private:

@@ -92,8 +92,8 @@ uint64_t errors_of(const Medians& m) {
   return errors;
 }
 
-// A peer's mount of the source, read-only and tuned for reading, as its documentation
-// suggests; torn down when it goes out of scope.
+// How to mount a peer over the source, read-only and tuned for reading, as its documentation
+// suggests.
 struct PeerSpec {
   const char* name;
   const char* fstype;
@@ -127,30 +127,6 @@ const PeerSpec* find_peer(const std::string& name) {
   }
   return nullptr;
 }
-
-class PeerMount {
- public:
-  PeerMount(const PeerSpec& spec, const std::string& src, const std::string& dir)
-      : mnt_(dir + "/peer-" + spec.name) {
-    std::filesystem::create_directories(mnt_);
-    pid_ = spawn(spec.argv(src, mnt_, dir + "/peer-" + spec.name + ".cache"));
-    up_ = pid_ > 0 && wait_for_mount(mnt_, spec.fstype, pid_, kMountTimeout);
-  }
-
-  ~PeerMount() { stop_mount(mnt_, pid_, kMountTimeout); }
-
-  PeerMount(const PeerMount&) = delete;
-  PeerMount& operator=(const PeerMount&) = delete;
-
-  bool up() const { return up_; }
-
-  const std::string& path() const { return mnt_; }
-
- private:
-  std::string mnt_;
-  pid_t pid_ = -1;
-  bool up_ = false;
-};
 
 // Waits until the mount has no copy in flight, so later passes measure the cache.
 void wait_for_staging(const std::string& mnt) {
@@ -214,14 +190,17 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
     rc |= first_read(src, mnt, paths.value(), o.threads.back());
   }
   std::vector<Target> targets = {{"direct", src}, {"epochfs", mnt}};
-  std::vector<std::unique_ptr<PeerMount>> peers;
+  std::vector<std::unique_ptr<MountedDaemon>> peers;
   for (const auto& name : o.peers) {
-    peers.push_back(std::make_unique<PeerMount>(*find_peer(name), src, dir));
+    const PeerSpec& peer = *find_peer(name);
+    const std::string peer_mnt = dir + "/peer-" + name;
+    peers.push_back(std::make_unique<MountedDaemon>(peer.argv(src, peer_mnt, peer_mnt + ".cache"),
+                                                    peer_mnt, peer.fstype, kMountTimeout));
     if (!peers.back()->up()) {
       fprintf(stderr, "epochfs demo: %s did not mount; left out\n", name.c_str());
       continue;
     }
-    targets.push_back({name, peers.back()->path()});
+    targets.push_back({name, peer_mnt});
   }
   // One pass through each first: copies staged, a peer's own cache filled.
   for (const auto& t : targets) {

@@ -113,6 +113,12 @@ bool is_dead_mount(const std::string& path) {
   return ::statfs(path.c_str(), &st) != 0 && errno == ENOTCONN;
 }
 
+void unmount_or_detach(const std::string& path) {
+  if (umount2(path.c_str(), 0) != 0) {
+    umount2(path.c_str(), MNT_DETACH);
+  }
+}
+
 bool detach_mount(const std::string& path) {
   if (umount2(path.c_str(), MNT_DETACH) == 0) {
     return true;

@@ -27,6 +27,9 @@ bool is_dead_mount(const std::string& path);
 // `fusermount3 -uz`). On failure returns false with errno set.
 bool detach_mount(const std::string& path);
 
+// Unmounts path, or detaches it if it is busy (root only; errors ignored): for teardown.
+void unmount_or_detach(const std::string& path);
+
 // Absolute form of path without resolving symlinks in a way that touches a dead mount:
 // realpath of the parent joined with the last component.
 std::string absolute_path(const std::string& path);

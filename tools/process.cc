@@ -83,9 +83,7 @@ std::optional<int> stop_mount(const std::string& path, pid_t pid,
   // Known before the unmount: afterwards the path no longer leads to the connection.
   const auto connection = fuse_connection_at(path);
   if (mount_type_at(path)) {
-    if (umount2(path.c_str(), 0) != 0) {
-      umount2(path.c_str(), MNT_DETACH);
-    }
+    unmount_or_detach(path);
   }
   if (pid <= 0) {
     return std::nullopt;

@@ -160,3 +160,27 @@ TEST_CASE("epochfs bench runs over GlusterFS and tears it down", "[mount][bench]
 }
 
 }  // namespace epochfs::test
+
+namespace epochfs::test {
+
+TEST_CASE("epochfs demo compares the mount with direct reads, and with a peer when it mounts",
+          "[mount][bench]") {
+  TempDir dir;
+  // bindfs is optional (README): with it the table gains its columns, without it the demo
+  // says it was left out and measures the rest.
+  const bool has_bindfs = run_command({"sh", "-c", "command -v bindfs"}).exit_code == 0;
+  const auto r =
+      run_epochfs({"demo", "--dir", dir / "demo", "--files", "60", "--mean-kb", "20", "--threads",
+                   "2", "--rounds", "1", "--cold", "--cold-pages", "--peer", "bindfs"});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("mean 20 KB") != std::string::npos);
+  CHECK(r.output.find("first read, cache empty") != std::string::npos);
+  CHECK(r.output.find("cold page cache, dentries and inodes kept") != std::string::npos);
+  CHECK((r.output.find("bindfs files/s") != std::string::npos) == has_bindfs);
+  CHECK((r.output.find("bindfs did not mount; left out") != std::string::npos) == !has_bindfs);
+  CHECK_FALSE(is_mounted(dir / "demo/peer-bindfs"));
+  CHECK_FALSE(is_mounted(dir / "demo/mnt"));
+}
+
+}  // namespace epochfs::test

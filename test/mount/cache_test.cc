@@ -28,6 +28,7 @@
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
 #include "tools/dataset.h"
+#include "tools/mount_table.h"
 #include "tools/process.h"
 #include "tools/read_bench.h"
 #include "tools/stats_doc.h"
@@ -58,6 +59,15 @@ std::vector<std::string> cached_objects(const std::string& cache_root) {
     }
   }
   return out;
+}
+
+// Reads f0 and f1 through the mount and returns the paths of their two copies once staged.
+std::vector<std::string> copies_of_two(const Mount& mount, const std::string& src) {
+  check_files(mount.path(), src, 2);
+  wait_for_staging(mount);
+  auto objects = cached_objects(mount.cache_root());
+  REQUIRE(objects.size() == 2);
+  return objects;
 }
 
 }  // namespace
@@ -377,11 +387,7 @@ TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount]
   TempDir dir;
   write_files(dir / "src", 2, 80000);
   Mount mount(dir / "src", dir / "mnt");
-  check_same(mount / "f0", dir / "src/f0");
-  check_same(mount / "f1", dir / "src/f1");
-  wait_for_staging(mount);
-  auto objects = cached_objects(mount.cache_root());
-  REQUIRE(objects.size() == 2);
+  auto objects = copies_of_two(mount, dir / "src");
   REQUIRE(::truncate(objects[0].c_str(), 1000) == 0);
   REQUIRE(::unlink(objects[1].c_str()) == 0);
   REQUIRE(tools::drop_page_cache());
@@ -403,11 +409,7 @@ TEST_CASE("a copy replaced by a link, a FIFO, a longer file or another copy is n
   // A sentinel of the copy's very size outside the cache, to tempt a link.
   write_files(dir / "outside", 1, 80000, 9);
   Mount mount(dir / "src", dir / "mnt");
-  check_same(mount / "f0", dir / "src/f0");
-  check_same(mount / "f1", dir / "src/f1");
-  wait_for_staging(mount);
-  auto objects = cached_objects(mount.cache_root());
-  REQUIRE(objects.size() == 2);
+  auto objects = copies_of_two(mount, dir / "src");
   std::sort(objects.begin(), objects.end());
   const std::string victim = objects[0];
   SECTION("a symlink to a file of the same size outside") {
@@ -544,11 +546,7 @@ struct LoopDisk {
     REQUIRE(run_command({"mount", "-o", "loop", image, path}).exit_code == 0);
   }
 
-  ~LoopDisk() {
-    if (::umount2(path.c_str(), 0) != 0) {
-      ::umount2(path.c_str(), MNT_DETACH);
-    }
-  }
+  ~LoopDisk() { tools::unmount_or_detach(path); }
 
   LoopDisk(const LoopDisk&) = delete;
   LoopDisk& operator=(const LoopDisk&) = delete;

@@ -94,8 +94,8 @@ Mount::~Mount() {
 namespace {
 
 // What a daemon that outlived its unmount is doing, and which mounts remain at its mountpoint:
-// the evidence for a rare case seen under ASan (the unmount succeeded, the daemon kept
-// reading /dev/fuse).
+// the evidence for a rare case seen under ASan (the unmount succeeded, then every thread of
+// the daemon waited on a futex inside libfuse's loop).
 std::string daemon_report(pid_t pid, const std::string& mountpoint) {
   std::ostringstream out;
   std::ifstream mounts("/proc/self/mountinfo");
@@ -258,11 +258,7 @@ ReadOnlyBind::ReadOnlyBind(const std::string& source, const std::string& target)
           0);
 }
 
-ReadOnlyBind::~ReadOnlyBind() {
-  if (umount2(target_.c_str(), 0) != 0) {
-    umount2(target_.c_str(), MNT_DETACH);
-  }
-}
+ReadOnlyBind::~ReadOnlyBind() { tools::unmount_or_detach(target_); }
 
 int run_as_nobody(const std::function<int()>& fn) {
   constexpr uid_t kNobody = 65534;
@@ -333,10 +329,6 @@ void check_same(const std::string& a, const std::string& b) {
   CHECK(x.value() == y.value());
 }
 
-}  // namespace epochfs::test
-
-namespace epochfs::test {
-
 void check_files(const std::string& a_root, const std::string& b_root, int count) {
   for (int i = 0; i < count; ++i) {
     const std::string name = "/f" + std::to_string(i);
@@ -355,10 +347,6 @@ Tmpfs::Tmpfs(const std::string& path, const std::string& options, unsigned long 
   REQUIRE(::mount("tmpfs", path.c_str(), "tmpfs", flags, options.c_str()) == 0);
 }
 
-Tmpfs::~Tmpfs() {
-  if (::umount2(path_.c_str(), 0) != 0) {
-    ::umount2(path_.c_str(), MNT_DETACH);
-  }
-}
+Tmpfs::~Tmpfs() { tools::unmount_or_detach(path_); }
 
 }  // namespace epochfs::test

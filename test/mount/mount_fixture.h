@@ -172,10 +172,6 @@ class Tmpfs {
   std::string path_;
 };
 
-}  // namespace epochfs::test
-
-namespace epochfs::test {
-
 // A read-only bind mount of a directory: the reference for the errno a read-only view of the
 // source gives for each operation. Unmounted in the destructor.
 class ReadOnlyBind {
