@@ -1,4 +1,4 @@
-// The libfuse low-level operation table. Only fuse_ops.cc and session.cc include libfuse.
+// The libfuse low-level operation table. Only fusefs/ includes libfuse.
 #pragma once
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)

@@ -21,6 +21,7 @@
 #include "fusefs/metrics.h"
 #include "fusefs/mount_options.h"
 #include "fusefs/passthrough.h"
+#include "fusefs/worker_pool.h"
 
 namespace epochfs::fusefs {
 namespace {
@@ -85,19 +86,11 @@ struct SessionDeleter {
   void operator()(fuse_session* se) const { fuse_session_destroy(se); }
 };
 
-struct LoopConfigDeleter {
-  void operator()(fuse_loop_config* cfg) const { fuse_loop_cfg_destroy(cfg); }
-};
-
 int serve(fuse_session* se, const MountOptions& o) {
-  std::unique_ptr<fuse_loop_config, LoopConfigDeleter> cfg(fuse_loop_cfg_create());
-  fuse_loop_cfg_set_max_threads(cfg.get(), o.threads);
-  fuse_loop_cfg_set_clone_fd(cfg.get(), 0);
-  const int rc = fuse_session_loop_mt(se, cfg.get());
-  // rc > 0 is the signal that ended the loop: a requested, clean exit. ECONNABORTED means the
-  // kernel ended the connection (seen now and then right after a plain unmount on 6.x
-  // kernels, and after an abort through fusectl): the mount is gone either way, so the
-  // daemon cleans up and exits as after an unmount.
+  const int rc = serve_requests(se, o.threads);
+  // ECONNABORTED means the kernel ended the connection (seen now and then right after a plain
+  // unmount on 6.x kernels, and after an abort through fusectl): the mount is gone either way,
+  // so the daemon cleans up and exits as after an unmount.
   if (rc == -ECONNABORTED) {
     cachestore::log(LogLevel::kInfo, "the kernel ended the connection");
     return 0;
