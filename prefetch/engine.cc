@@ -170,6 +170,11 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
       // Asked again: the copy waited for, or one whose flight ended between the first look and
       // the claim, may be ready now.
       fd = cache_->open_copy(id, version.value());
+      // The copy waited for did not come (it failed, or a prefetch gave up on a file this very
+      // open took from its stream's order): this reader makes it.
+      if (!fd && !own_flight) {
+        own_flight = claim_flight(id) == Claim::kOwned;
+      }
     }
     if (fd) {
       hits_.fetch_add(1, kRelaxed);
@@ -211,9 +216,9 @@ Engine::Claim Engine::claim_flight(FileId id) {
   if (!created && f.started) {
     return Claim::kInFlight;
   }
-  if (f.prefetch) {
-    --prefetch_flights_;  // taken over from the queue: the queued job will skip itself
-  }
+  // A prefetch taken over from the queue keeps its slot until its job leaves the queue (and
+  // skips itself): slots bound the prefetch jobs queued, live or not, so they never crowd
+  // the copies of readers' misses out of the stager's queue.
   f = Flight{false, true, next_flight_gen_++};
   return Claim::kOwned;
 }
@@ -233,6 +238,7 @@ bool Engine::start_prefetch_flight(FileId id, uint64_t gen) {
   cachestore::MutexLock lock(flights_mu_);
   auto it = flights_.find(id);
   if (it == flights_.end() || it->second.gen != gen) {
+    --prefetch_flights_;  // taken over by a reader: the slot it kept is free now
     return false;
   }
   it->second.started = true;

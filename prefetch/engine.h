@@ -212,6 +212,8 @@ class Engine final : public PrefetchSink {
   cachestore::CondVar flight_done_{&flights_mu_};
   std::unordered_map<FileId, Flight> flights_ GUARDED_BY(flights_mu_);
   uint64_t next_flight_gen_ GUARDED_BY(flights_mu_) = 1;
+  // Prefetch jobs queued or running, the planner's slots; one a reader took over counts until
+  // it leaves the queue.
   unsigned prefetch_flights_ GUARDED_BY(flights_mu_) = 0;
 };
 
