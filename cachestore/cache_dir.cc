@@ -95,6 +95,38 @@ void remove_leftover(const Leftover& leftover) {
   log(LogLevel::kInfo, "removed the cache directory of a dead mount: %s", leftover.path.c_str());
 }
 
+// Makes root/name empty and locked. Built under a name other mounts do not scan, locked, and
+// only then renamed into place: a mount starting at the same moment never sees it without its
+// lock held. Returns the directory's and the lock's descriptors.
+Result<std::pair<UniqueFd, UniqueFd>> build_locked(const std::string& root,
+                                                   const std::string& name) {
+  const std::string building = root + "/" + kBuildingPrefix + name;
+  const std::string path = root + "/" + name;
+  Status s = make_dir(building, 0700);
+  if (!s.is_ok()) {
+    return s;
+  }
+  auto fail = [&building](const char* what) {
+    const int err = errno;
+    std::error_code ignored;
+    std::filesystem::remove_all(building, ignored);
+    return Status::error(err, what + (" " + building));
+  };
+  UniqueFd dir_fd(::open(building.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid()) {
+    return fail("open");
+  }
+  UniqueFd lock_fd(::openat(dir_fd.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  // Blocking: a concurrent mount may probe a finished directory's lock for an instant.
+  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX) != 0) {
+    return fail("lock");
+  }
+  if (::rename(building.c_str(), path.c_str()) != 0) {
+    return fail("rename");
+  }
+  return std::make_pair(std::move(dir_fd), std::move(lock_fd));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& from, UniqueFd lock,
@@ -143,32 +175,12 @@ Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
   if (adopting) {
     return adopt(newest->path, std::move(newest->lock), root + "/" + name, removed);
   }
-  // Built under a name other mounts do not scan, locked, and only then renamed into place:
-  // a mount starting at the same moment never sees it without its lock held.
-  const std::string building = root + "/" + kBuildingPrefix + name;
   const std::string path = root + "/" + name;
-  Status s = make_dir(building, 0700);
-  if (!s.is_ok()) {
-    return s;
+  auto built = build_locked(root, name);
+  if (!built.is_ok()) {
+    return built.status();
   }
-  auto fail = [&building](const char* what) {
-    const int err = errno;
-    std::error_code ignored;
-    std::filesystem::remove_all(building, ignored);
-    return Status::error(err, what + (" " + building));
-  };
-  UniqueFd dir_fd(::open(building.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir_fd.valid()) {
-    return fail("open");
-  }
-  UniqueFd lock_fd(::openat(dir_fd.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  // Blocking: a concurrent mount may probe a finished directory's lock for an instant.
-  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX) != 0) {
-    return fail("lock");
-  }
-  if (::rename(building.c_str(), path.c_str()) != 0) {
-    return fail("rename");
-  }
+  auto [dir_fd, lock_fd] = std::move(built).value();
   auto dir = std::unique_ptr<CacheDir>(new CacheDir(path, std::move(dir_fd), std::move(lock_fd)));
   dir->leftovers_removed_ = removed;
   dir->keep_ = keep;
@@ -191,6 +203,31 @@ std::string CacheDir::object_name(const std::string& source_path) {
   const XXH128_hash_t h = XXH3_128bits(source_path.data(), source_path.size());
   const std::string hex = hex64(h.high64) + hex64(h.low64);
   return hex.substr(0, 2) + "/" + hex;
+}
+
+bool CacheDir::removed() const {
+  struct stat st;
+  return ::fstat(dir_fd_.get(), &st) == 0 && st.st_nlink == 0;
+}
+
+Status CacheDir::recreate() {
+  const std::filesystem::path path(path_);
+  const std::string root = path.parent_path().string();
+  Status s = make_dir(root, 0700);
+  if (!s.is_ok()) {
+    return s;
+  }
+  auto built = build_locked(root, path.filename().string());
+  if (!built.is_ok()) {
+    return built.status();
+  }
+  // dup3 replaces what the descriptors name in one step: a thread using fd() meanwhile reaches
+  // the old directory or the new one, never a closed or reused descriptor.
+  if (::dup3(built.value().first.get(), dir_fd_.get(), O_CLOEXEC) < 0 ||
+      ::dup3(built.value().second.get(), lock_fd_.get(), O_CLOEXEC) < 0) {
+    return Status::error(errno, "dup3 " + path_);
+  }
+  return Status::ok();
 }
 
 Status CacheDir::make_parents(const std::string& name) const {

@@ -8,7 +8,7 @@
 // directory whose lock can be taken belongs to a dead mount: the next mount of the same source
 // removes it. Nothing else in the root is ever touched. See docs/cache-format.md.
 //
-// Thread-safety: immutable after create(); all methods may be called concurrently.
+// Thread-safety: all methods may be called concurrently, except recreate() (see there).
 #pragma once
 
 #include <sys/statvfs.h>
@@ -46,6 +46,15 @@ class CacheDir {
   Status make_parents(const std::string& name) const;
 
   int fd() const { return dir_fd_.get(); }
+
+  // Whether this mount's directory was deleted while mounted (by a cleaner, or `rm -rf` of
+  // the cache directory's contents): its descriptor then names a directory with no links.
+  bool removed() const;
+
+  // Makes the directory again, empty, at the same path and with its lock, after removed().
+  // fd() keeps its number and names the new directory once this returns. Not to be called
+  // by two threads at once.
+  Status recreate();
 
   const std::string& path() const { return path_; }
 

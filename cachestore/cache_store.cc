@@ -318,6 +318,56 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
   }
 }
 
+Status CacheStore::create_temp(Staging& s) {
+  Status made = dir_->make_parents(s.final_name_);
+  if (!made.is_ok()) {
+    return made;
+  }
+  s.fd_.reset(
+      ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  return s.fd_.valid() ? Status::ok() : Status::error(errno, "create " + s.temp_name_);
+}
+
+bool CacheStore::remake_removed_dir() {
+  MutexLock remaking(remake_mu_);
+  if (!dir_->removed()) {
+    return true;  // made again by another thread meanwhile
+  }
+  Status made = dir_->recreate();
+  if (!made.is_ok()) {
+    log(LogLevel::kWarning, "cache: %s was removed and cannot be made again: %s",
+        dir_->path().c_str(), made.to_string().c_str());
+    return false;
+  }
+  // Every copy went with the directory. Pinned ones are dropped at their last unpin.
+  size_t lost = 0;
+  {
+    MutexLock lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Entry& e = it->second;
+      if (e.state != State::kReady || e.doomed) {
+        // A copy being made fails at its commit, a removal finds nothing to unlink, and a
+        // doomed copy was counted when it was found missing.
+        ++it;
+        continue;
+      }
+      ++lost;
+      ++counters_.dropped_damaged;
+      if (e.pins > 0) {
+        e.doomed = true;
+        ++it;
+        continue;
+      }
+      policy_->removed(it->first);
+      used_bytes_ -= e.charge;
+      it = entries_.erase(it);
+    }
+  }
+  log(LogLevel::kWarning, "cache: %s was removed while mounted, with %zu copies; made it again",
+      dir_->path().c_str(), lost);
+  return true;
+}
+
 std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path,
                                                  uint64_t size) {
   if (staging_suspended()) {
@@ -333,13 +383,12 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
   s.size_ = size;
   s.final_name_ = name;
   s.temp_name_ = temp_name_for(name);
-  Status made = dir_->make_parents(name);
-  if (made.is_ok()) {
-    s.fd_.reset(
-        ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  Status made = create_temp(s);
+  if (!made.is_ok() && made.error_code() == ENOENT && remake_removed_dir()) {
+    made = create_temp(s);
   }
-  if (!made.is_ok() || !s.fd_.valid()) {
-    const int err = made.is_ok() ? errno : made.error_code();
+  if (!made.is_ok()) {
+    const int err = made.error_code();
     s.temp_name_.clear();  // nothing to unlink
     abort(std::move(s), err);
     return std::nullopt;

@@ -208,6 +208,11 @@ class CacheStore {
   void mark_removing(FileId id, Entry& e, std::vector<Removal>& out) REQUIRES(mu_);
   void finish_removals(const std::vector<Removal>& removals);
   void note_fault(int err);
+  // Creates s's temporary file (and its fan-out directory).
+  Status create_temp(Staging& s);
+  // After an ENOENT: if this mount's directory was deleted underneath, makes it again and
+  // forgets the copies that went with it. True if staging may be tried again.
+  bool remake_removed_dir();
   bool staging_suspended();
   void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);
@@ -222,6 +227,7 @@ class CacheStore {
 
   // Mutable state.
   mutable Mutex mu_;
+  Mutex remake_mu_;  // one remake_removed_dir at a time; taken before mu_
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   std::unordered_map<FileId, Entry> entries_ GUARDED_BY(mu_);
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;

@@ -22,10 +22,11 @@
 
 #include "fusefs/inode_table.h"
 #include "prefetch/engine.h"
+#include "prefetch/order_parser.h"
 
 namespace epochfs::fusefs {
 
-inline constexpr char kControlDirName[] = ".epochfs";
+using prefetch::kControlDirName;
 inline constexpr InodeId kControlDirId = InodeId{1} << 62;
 inline constexpr InodeId kStatsFileId = kControlDirId + 1;
 inline constexpr InodeId kVerifyFileId = kControlDirId + 2;

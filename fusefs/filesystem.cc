@@ -336,15 +336,24 @@ Status Filesystem::access(InodeId id, int mask) const {
   if (id == kControlDirId) {
     return Status::ok();  // orders are written into it
   }
-  if ((mask & W_OK) != 0) {
-    return Status::error(kReadOnlyError, "access for writing");
-  }
   if (is_control(id)) {
-    return Status::ok();
+    return (mask & W_OK) != 0 ? Status::error(kReadOnlyError, "access for writing") : Status::ok();
   }
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
+  }
+  if ((mask & W_OK) != 0) {
+    // As on a read-only mount (access(2)): files, directories and links cannot be written, but
+    // writing to a FIFO, socket or device changes no file, so its modes decide.
+    auto st = source_.stat_at(path.value());
+    if (!st.is_ok()) {
+      return stale_if_gone(st.status());
+    }
+    const mode_t type = st.value().st_mode & S_IFMT;
+    if (type == S_IFREG || type == S_IFDIR || type == S_IFLNK) {
+      return Status::error(kReadOnlyError, "access for writing");
+    }
   }
   return stale_if_gone(source_.access_at(path.value(), mask));
 }

@@ -143,6 +143,10 @@ std::optional<std::string> normalise_relative(std::string_view path, const char*
     *why = "names the root, not a file";
     return std::nullopt;
   }
+  if (out == kControlDirName || out.starts_with(std::string(kControlDirName) + "/")) {
+    *why = "names the mount's control directory";
+    return std::nullopt;
+  }
   return out;
 }
 

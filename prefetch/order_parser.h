@@ -11,10 +11,11 @@
 //   - an entry: a relative path (form paths, the default) or a decimal index into the manifest
 //     (form indices).
 // Entries are checked for what can be decided without the source: valid UTF-8, no NUL, not too
-// long, relative, no `..`; paths are normalised (`./a//b` becomes `a/b`). A bad entry is
-// skipped and reported; the rest still count. finish() checks `#count N`: exactly N entry
-// lines (good or bad) were read. That is the guard against a writer cut short: without it a
-// truncated file would look like a shorter order. A plain list with no header is accepted as is.
+// long, relative, no `..`, not inside the mount's control directory; paths are normalised (`./a//b`
+// becomes `a/b`). A bad entry is skipped and reported; the rest still count. finish() checks
+// `#count N`: exactly N entry lines (good or bad) were read. That is the guard against a writer cut
+// short: without it a truncated file would look like a shorter order. A plain list with no header
+// is accepted as is.
 //
 // Thread-safety: none; one parser per input.
 #pragma once
@@ -29,6 +30,10 @@
 #include "cachestore/status.h"
 
 namespace epochfs::prefetch {
+
+// The mount's control directory (fusefs/control_dir.h). It shadows a real one at the top of the
+// source, so no entry may name anything under it: such a file cannot be read through the mount.
+inline constexpr char kControlDirName[] = ".epochfs";
 
 enum class OrderForm : uint8_t { kPaths, kIndices };
 
@@ -98,7 +103,8 @@ class OrderParser {
 };
 
 // Normalises a relative path from an order or manifest: drops empty and `.` components.
-// nullopt, with the reason in *why, if it is absolute or has a `..` component or is empty.
+// nullopt, with the reason in *why, if it is absolute, has a `..` component, is empty or is
+// under the control directory.
 std::optional<std::string> normalise_relative(std::string_view path, const char** why);
 
 // A decimal index (no sign, no spaces, fits 32 bits); nullopt otherwise.

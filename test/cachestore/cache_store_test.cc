@@ -601,6 +601,37 @@ TEST_CASE("CacheStore detects a copy deleted or truncated underneath", "[cache_s
   CHECK(cached_content(*store, 1, src.version) == src.content);
 }
 
+TEST_CASE("CacheStore makes its directory again when it is deleted underneath", "[cache_store]") {
+  Scratch t;
+  auto store = open_store(t.cache(), uint64_t{1} << 30);
+  const Source a = make_source(t.src(), "a", random_bytes(50000, 5));
+  const Source b = make_source(t.src(), "b", random_bytes(30000, 6));
+  const Source c = make_source(t.src(), "c", random_bytes(20000, 7));
+  REQUIRE(stage(*store, 1, a));
+  REQUIRE(stage(*store, 2, b));
+  // a is being read while the directory goes: its reader keeps its bytes.
+  auto held = store->open_copy(1, a.version);
+  REQUIRE(held.has_value());
+  fs::remove_all(store->path());
+
+  // The next copy makes the directory again, with its lock, and the lost copies are forgotten.
+  REQUIRE(stage(*store, 3, c));
+  CHECK(fs::is_regular_file(fs::path(store->path()) / "lock"));
+  CHECK(cached_content(*store, 3, c.version) == c.content);
+  CHECK_FALSE(store->open_copy(2, b.version).has_value());
+  CHECK(read_all(held->get()) == a.content);
+  store->unpin(1);
+  const CacheStats st = store->stats();
+  CHECK(st.dropped_damaged == 2);
+  CHECK(st.files_ready == 1);
+  CHECK(st.used_bytes == round_to_blocks(c.content.size(), block_size_of(t.cache())));
+  // Both lost files can be staged again.
+  REQUIRE(stage(*store, 1, a));
+  REQUIRE(stage(*store, 2, b));
+  CHECK(cached_content(*store, 2, b.version) == b.content);
+  CHECK(files_in(*store).size() == 3);
+}
+
 TEST_CASE("CacheStore keeps a copy it cannot open for want of descriptors", "[cache_store]") {
   Scratch t;
   auto store = open_store(t.cache(), uint64_t{1} << 30);

@@ -402,6 +402,50 @@ TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount]
   CHECK(stat_of(mount, "hits") == hits + 1);
 }
 
+TEST_CASE("copies deleted underneath in bulk are read from the source and made again",
+          "[mount][cache]") {
+  // RELIABILITY.md C5, JuiceFS's test_manual_delete_cache_data_lru: a cleaner deletes copies
+  // behind the daemon's back. Readers get the source's bytes without an error, the copies left
+  // are still served, the deleted ones are made again, and the accounting follows.
+  TempDir dir;
+  constexpr int kFiles = 1000;
+  write_files(dir / "src", kFiles, 8000);
+  Mount mount(dir / "src", dir / "mnt");
+  check_files(mount.path(), dir / "src", kFiles);
+  wait_for_staging(mount);
+  auto objects = cached_objects(mount.cache_root());
+  REQUIRE(objects.size() == size_t{kFiles});
+  const double used = stat_of(mount, "cache.used_bytes");
+  int deleted = 0;
+  SECTION("200 copies chosen at random") {
+    std::shuffle(objects.begin(), objects.end(), std::mt19937(5));
+    for (deleted = 0; deleted < 200; ++deleted) {
+      REQUIRE(::unlink(objects[static_cast<size_t>(deleted)].c_str()) == 0);
+    }
+  }
+  SECTION("everything in the cache directory (rm -rf C/*)") {
+    for (const auto& e : fs::directory_iterator(mount.cache_root())) {
+      fs::remove_all(e.path());
+    }
+    deleted = kFiles;
+  }
+  REQUIRE(tools::drop_page_cache());
+  const double hits = stat_of(mount, "hits");
+  check_files(mount.path(), dir / "src", kFiles);
+  CHECK(stat_of(mount, "hits") - hits == kFiles - deleted);
+  CHECK(stat_of(mount, "cache.dropped_damaged") == deleted);
+  wait_for_staging(mount);
+  INFO("stats: " << read_file(mount / ".epochfs/stats").value_or(""));
+  CHECK(stat_of(mount, "cache.files_cached") == kFiles);
+  CHECK(stat_of(mount, "cache.used_bytes") == used);
+  CHECK(cached_objects(mount.cache_root()).size() == size_t{kFiles});
+  // Served from the cache again.
+  REQUIRE(tools::drop_page_cache());
+  const double hits_after = stat_of(mount, "hits");
+  check_files(mount.path(), dir / "src", kFiles);
+  CHECK(stat_of(mount, "hits") - hits_after == kFiles);
+}
+
 TEST_CASE("a copy replaced by a link, a FIFO, a longer file or another copy is not served",
           "[mount][cache]") {
   TempDir dir;

@@ -226,4 +226,31 @@ TEST_CASE("the log file is not world-readable and paths in it are escaped", "[mo
   CHECK(tools::read_stats(mount.path()).has_value());
 }
 
+TEST_CASE("a dataset's own .epochfs is shadowed, and orders cannot name it", "[mount][input]") {
+  // RELIABILITY.md S6: the control directory hides a real .epochfs at the top of the source,
+  // so an order naming anything under it is refused entry by entry, and the hidden file never
+  // enters the cache. A .epochfs deeper down is an ordinary name.
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::create_directories(dir / "src/.epochfs");
+  std::ofstream(dir / "src/.epochfs/x") << "SHADOWED";
+  fs::create_directories(dir / "src/sub/.epochfs");
+  std::ofstream(dir / "src/sub/.epochfs/y") << "inner";
+  Mount mount(dir / "src", dir / "mnt");
+  REQUIRE(publish(mount,
+                  ".epochfs/stats\n.epochfs/x\n./.epochfs/verify\nsub/.epochfs/y\nhello.txt\n") ==
+          0);
+  CHECK(last_verdict(mount) == Verdict{true, 2, 3});
+  CHECK(::access((mount / ".epochfs/x").c_str(), F_OK) != 0);
+  CHECK(errno == ENOENT);
+  CHECK(read_file(mount / "sub/.epochfs/y") == "inner");
+  CHECK(read_file(mount / "hello.txt") == "hello");
+  wait_for_staging(mount);
+  for (const auto& e : fs::recursive_directory_iterator(mount.cache_root())) {
+    if (e.is_regular_file()) {
+      CHECK(read_file(e.path()).value_or("") != "SHADOWED");
+    }
+  }
+}
+
 }  // namespace epochfs::test

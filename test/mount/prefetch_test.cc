@@ -441,4 +441,44 @@ TEST_CASE("with half the dataset cached, known-future eviction is near the Belad
   CHECK(stat_of(mount, "cache.used_bytes") <= kCapacityFiles * kFileBytes);
 }
 
+TEST_CASE("entries naming no file are skipped and counted, the others followed",
+          "[mount][prefetch][input]") {
+  // RELIABILITY.md I2: an order whose entries name missing files (a stale list, another
+  // dataset's names) at 0.1%, 50% and 100% of its lines. Each such entry is counted as rejected
+  // when the planner reaches it; the files that exist are still staged ahead of the reader.
+  TempDir dir;
+  constexpr int kEntries = 1000;
+  make_files(dir / "src", kEntries, 4096);
+  Mount mount(dir / "src", dir / "mnt");
+  const int missing_per_mille = GENERATE(1, 500, 1000);
+  std::string text;
+  Order present;
+  int missing = 0;
+  for (int k = 0; k < kEntries; ++k) {
+    // Missing entries spread evenly through the order.
+    if ((k * missing_per_mille) / kEntries != ((k + 1) * missing_per_mille) / kEntries) {
+      text += "gone/" + std::to_string(k) + "\n";
+      ++missing;
+    } else {
+      text += name_of(k) + "\n";
+      present.push_back(k);
+    }
+  }
+  INFO(missing << " of " << kEntries << " entries name no file");
+  REQUIRE(publish(mount, text) == 0);
+  CHECK(stat_of(mount, "prefetch.last_publish.accepted") == kEntries);
+  // Paced like a trainer, so the planner stays ahead of the reader.
+  CHECK(read_order(mount, dir / "src", present, 2, std::chrono::microseconds(500)) == 0);
+  wait_idle(mount);
+  const double rejected = stat_of(mount, "prefetch.streams.default.rejected_entries");
+  CHECK(rejected > 0);
+  CHECK(rejected <= missing);
+  if (!present.empty()) {
+    // Hits: the files that exist were staged before the reader came.
+    CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.hits") >= 0.9 * present.size());
+  }
+  // Nothing was left waiting: a file outside the order reads at once, with its bytes.
+  check_same(mount / name_of(0), dir / ("src/" + name_of(0)));
+}
+
 }  // namespace epochfs::test

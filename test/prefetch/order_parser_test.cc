@@ -533,6 +533,9 @@ TEST_CASE("paths must stay inside the root and are normalised", "[order_parser]"
            Bad{".", "names the root, not a file"},
            Bad{"./", "names the root, not a file"},
            Bad{".//./", "names the root, not a file"},
+           Bad{".epochfs", "names the mount's control directory"},
+           Bad{".epochfs/stats", "names the mount's control directory"},
+           Bad{"./.epochfs//x", "names the mount's control directory"},
        }) {
     INFO(b.path);
     const auto p = parse(std::string(b.path) + "\n");
@@ -565,6 +568,8 @@ TEST_CASE("paths must stay inside the root and are normalised", "[order_parser]"
            Good{".hidden/.x", ".hidden/.x"},
            Good{"with space/ x ", "with space/ x "},
            Good{"back\\slash", "back\\slash"},
+           Good{"sub/.epochfs/y", "sub/.epochfs/y"},
+           Good{".epochfsx/y", ".epochfsx/y"},
        }) {
     INFO(g.in);
     const auto p = parse(std::string(g.in) + "\n");
