@@ -510,7 +510,8 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   {
     MutexLock lock(mu_);
     auto it = entries_.find(id);
-    if (it != entries_.end()) {
+    // Not counted twice: the copy may have been counted already by remake_removed_dir.
+    if (it != entries_.end() && !it->second.doomed) {
       it->second.doomed = true;
       ++counters_.dropped_damaged;
     }
