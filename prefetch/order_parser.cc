@@ -143,7 +143,8 @@ std::optional<std::string> normalise_relative(std::string_view path, const char*
     *why = "names the root, not a file";
     return std::nullopt;
   }
-  if (out == kControlDirName || out.starts_with(std::string(kControlDirName) + "/")) {
+  const std::string_view control(kControlDirName);
+  if (out.starts_with(control) && (out.size() == control.size() || out[control.size()] == '/')) {
     *why = "names the mount's control directory";
     return std::nullopt;
   }

@@ -260,6 +260,11 @@ ReadOnlyBind::ReadOnlyBind(const std::string& source, const std::string& target)
 
 ReadOnlyBind::~ReadOnlyBind() { tools::unmount_or_detach(target_); }
 
+bool opens_reach_daemon() {
+  const char* data_path = getenv("EPOCHFS_TEST_DATA_PATH");
+  return data_path == nullptr || std::string(data_path) != "no-open";
+}
+
 int run_as_nobody(const std::function<int()>& fn) {
   constexpr uid_t kNobody = 65534;
   const pid_t pid = fork();

@@ -190,4 +190,9 @@ class ReadOnlyBind {
 // Runs fn as user and group `nobody` in a child process and returns what it returned (0..255).
 int run_as_nobody(const std::function<int()>& fn);
 
+// False when the suite runs with --data-path no-open (EPOCHFS_TEST_DATA_PATH): the kernel then
+// opens an existing file without asking the daemon, so an open for writing succeeds there and
+// its writes fail instead (no_open_test.cc checks them).
+bool opens_reach_daemon();
+
 }  // namespace epochfs::test

@@ -31,6 +31,7 @@
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
+#include "tools/read_bench.h"
 
 namespace epochfs::test {
 namespace {
@@ -192,20 +193,8 @@ std::vector<std::string> state_of(const std::string& root) {
   return out;
 }
 
-// With --data-path no-open the kernel opens an existing file without asking the daemon, so an
-// open for writing succeeds there and its writes fail instead (no_open_test.cc checks them).
-bool opens_reach_daemon() {
-  const char* data_path = getenv("EPOCHFS_TEST_DATA_PATH");
-  return data_path == nullptr || std::string(data_path) != "no-open";
-}
-
 // What a child reports for a read that gave other bytes: no errno has this number.
 constexpr int kWrongBytes = 250;
-
-bool drop_dentries_and_inodes() {
-  UniqueFd fd(::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC));
-  return fd.valid() && ::write(fd.get(), "2", 1) == 1;
-}
 
 // Polls check until it holds; the seconds it took, or nullopt after `limit`.
 std::optional<double> seconds_until(const std::function<bool()>& check,
@@ -283,7 +272,7 @@ TEST_CASE("lstat of every entry matches the oracle, also after the kernel forget
   }
   // Unused dentries and inodes go: the kernel sends FORGET for each, and the next lstat
   // starts with a fresh LOOKUP, which gets a new node id from the daemon.
-  REQUIRE(drop_dentries_and_inodes());
+  REQUIRE(tools::drop_page_cache());  // dentries and inodes too
   for (const auto& rel : entries) {
     INFO("lstat after drop_caches " << shown(rel));
     CHECK(lstat_line(at(mount.path(), rel)) == first[rel]);

@@ -221,13 +221,6 @@ const std::vector<std::pair<std::string, std::function<int(const std::string&)>>
   return ops;
 }
 
-// With --data-path no-open the kernel opens an existing file without asking the daemon, so an
-// open for writing succeeds there and its writes fail instead (no_open_test.cc checks them).
-bool opens_reach_daemon() {
-  const char* data_path = getenv("EPOCHFS_TEST_DATA_PATH");
-  return data_path == nullptr || std::string(data_path) != "no-open";
-}
-
 void check_write_ops_fail(const std::string& mount_path, const std::string& reference) {
   for (const auto& [name, op] : write_ops()) {
     INFO(name);
