@@ -222,7 +222,8 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name) {
     return Status::error(kReadOnlyError, "create");
   }
   if (!cachestore::is_valid_name(name)) {
-    return Status::error(EINVAL, "create .epochfs/" + std::string(name));
+    return Status::error(name.size() > NAME_MAX ? ENAMETOOLONG : EINVAL,
+                         "create .epochfs/" + std::string(name));
   }
   if (control_lookup(parent, name)) {
     return Status::error(EEXIST, "create .epochfs/" + std::string(name));

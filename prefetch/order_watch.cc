@@ -6,22 +6,29 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include <climits>
 
+#include "cachestore/fs_type.h"
 #include "cachestore/log.h"
 
 namespace epochfs::prefetch {
 
+using cachestore::FileVersion;
 using cachestore::LogLevel;
 using cachestore::Result;
 using cachestore::Status;
 using cachestore::UniqueFd;
 
 namespace {
+
+// How often a file that inotify cannot watch is looked at, and how long a new version of it
+// must stay the same before it is published.
+constexpr int kPollMs = 1000;
 
 std::string dir_of(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -52,16 +59,30 @@ Result<std::unique_ptr<OrderWatch>> OrderWatch::start(const std::string& path,
   if (!wake.valid()) {
     return Status::error(errno, "eventfd");
   }
+  int poll_ms = -1;
+  struct statfs fs;
+  const char* blind = ::statfs(dir.c_str(), &fs) == 0
+                          ? cachestore::network_fs_name(static_cast<long>(fs.f_type))
+                          : nullptr;
+  if (blind != nullptr) {
+    poll_ms = kPollMs;
+    cachestore::log(LogLevel::kInfo,
+                    "--shuffle-file: %s is on %s, where inotify misses changes made elsewhere: "
+                    "looking at it every %d ms too",
+                    dir.c_str(), blind, kPollMs);
+  }
   return std::unique_ptr<OrderWatch>(
-      new OrderWatch(path, std::move(new_upload), std::move(inotify), std::move(wake)));
+      new OrderWatch(path, std::move(new_upload), std::move(inotify), std::move(wake), poll_ms));
 }
 
-OrderWatch::OrderWatch(std::string path, NewUpload new_upload, UniqueFd inotify, UniqueFd wake)
+OrderWatch::OrderWatch(std::string path, NewUpload new_upload, UniqueFd inotify, UniqueFd wake,
+                       int poll_ms)
     : path_(std::move(path)),
       name_(base_of(path_)),
       new_upload_(std::move(new_upload)),
       inotify_(std::move(inotify)),
-      wake_(std::move(wake)) {
+      wake_(std::move(wake)),
+      poll_ms_(poll_ms) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -72,15 +93,21 @@ OrderWatch::~OrderWatch() {
 }
 
 void OrderWatch::run() {
-  if (::access(path_.c_str(), F_OK) == 0) {
+  struct stat st;
+  if (::lstat(path_.c_str(), &st) == 0) {
     publish_file();
   }
   alignas(inotify_event) char buf[16 * (sizeof(inotify_event) + NAME_MAX + 1)];
   while (true) {
     pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
+    const int ready = ::poll(fds, 2, poll_ms_);
+    if (ready < 0 && errno != EINTR) {
       cachestore::log(LogLevel::kError, "--shuffle-file: poll: %s", strerror(errno));
       return;
+    }
+    if (ready == 0) {
+      look_for_unseen_change();
+      continue;
     }
     if ((fds[1].revents & POLLIN) != 0) {
       return;
@@ -101,21 +128,47 @@ void OrderWatch::run() {
   }
 }
 
+// A new version is published once it has stayed the same from one look to the next.
+void OrderWatch::look_for_unseen_change() {
+  struct stat st;
+  if (::lstat(path_.c_str(), &st) != 0) {
+    polled_version_ = {};
+    return;
+  }
+  const auto version = FileVersion::of(st);
+  if (version != last_version_ && version == polled_version_) {
+    publish_file();
+  }
+  polled_version_ = version;
+}
+
+bool OrderWatch::seen(const FileVersion& version) {
+  if (version == last_version_) {
+    return true;
+  }
+  last_version_ = version;
+  return false;
+}
+
 void OrderWatch::publish_file() {
-  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) {
-    cachestore::log(LogLevel::kWarning, "--shuffle-file %s: %s", path_.c_str(), strerror(errno));
+  struct stat st;
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    // Said once per version of what is there, not at every event or look.
+    const int err = fd.valid() ? EINVAL : errno;
+    if (::lstat(path_.c_str(), &st) == 0 && seen(FileVersion::of(st))) {
+      return;
+    }
+    cachestore::log(LogLevel::kWarning, "--shuffle-file %s: %s", path_.c_str(),
+                    err == ELOOP    ? "is a symlink, which is not followed: rename a file onto it"
+                    : err == EINVAL ? "not a regular file"
+                                    : strerror(err));
     return;
   }
   // The version read at start can also arrive as an event (written while the mount started):
   // publishing it twice would queue its epoch twice, or restart the current one.
-  struct stat st;
-  if (::fstat(fd.get(), &st) == 0) {
-    const auto version = cachestore::FileVersion::of(st);
-    if (version == last_version_) {
-      return;
-    }
-    last_version_ = version;
+  if (seen(FileVersion::of(st))) {
+    return;
   }
   auto upload = new_upload_();
   char buf[1 << 16];

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cachestore/fs_type.h"
 #include "cachestore/unique_fd.h"
 #include "tools/commands.h"
 #include "tools/mount_table.h"
@@ -26,13 +27,6 @@
 
 namespace epochfs::tools {
 namespace {
-
-// Magic numbers of network filesystems, which linux/magic.h does not all name.
-constexpr long kLustreMagic = 0x0BD00BD0;
-constexpr long kGpfsMagic = 0x47504653;
-constexpr long kCifsMagic = 0xFF534D42;
-constexpr long kSmb2Magic = 0xFE534D42;
-constexpr long kFuseMagic = 0x65735546;
 
 // Files timed on the source: enough for a median, few enough to take a second on slow storage.
 constexpr size_t kTimedFiles = 8;
@@ -155,24 +149,6 @@ void check_open_files(Report& r) {
   }
 }
 
-const char* network_fs_name(long type) {
-  switch (type) {
-    case NFS_SUPER_MAGIC:
-      return "NFS";
-    case kLustreMagic:
-      return "Lustre";
-    case kGpfsMagic:
-      return "GPFS";
-    case kCifsMagic:
-    case kSmb2Magic:
-      return "SMB";
-    case kFuseMagic:
-      return "FUSE";
-    default:
-      return nullptr;
-  }
-}
-
 // The cache directory, or the nearest existing directory above it (it is created at mount).
 std::string existing_dir(std::string path) {
   struct stat st;
@@ -199,7 +175,7 @@ void check_cache_dir(const DoctorOptions& o, Report& r) {
   if (fs.f_type == TMPFS_MAGIC) {
     r.warn("cache dir %s is on tmpfs: copies take RAM from the trainer; use a local disk",
            o.cache_dir.c_str());
-  } else if (const char* net = network_fs_name(static_cast<long>(fs.f_type))) {
+  } else if (const char* net = cachestore::network_fs_name(static_cast<long>(fs.f_type))) {
     r.warn("cache dir %s is on %s, not a local disk: copies gain little", o.cache_dir.c_str(), net);
   }
   const double block = static_cast<double>(fs.f_bsize);
@@ -269,7 +245,7 @@ void check_source(const std::string& source, Report& r) {
     r.problem("source %s: %s", source.c_str(), strerror(errno));
     return;
   }
-  const char* net = network_fs_name(static_cast<long>(fs.f_type));
+  const char* net = cachestore::network_fs_name(static_cast<long>(fs.f_type));
   r.ok("source %s is on %s", source.c_str(), net != nullptr ? net : "a local filesystem");
   const auto files = sample_files(source, kTimedFiles);
   if (files.empty()) {

@@ -3,9 +3,14 @@
 // same verdict, the same entries accepted and rejected, and reads go on; and the security rows
 // that concern the control directory, the cache directory and the mount's options (S).
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +21,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
+#include "tools/dataset.h"
 #include "tools/stats_doc.h"
 
 namespace epochfs::test {
@@ -251,6 +258,409 @@ TEST_CASE("a dataset's own .epochfs is shadowed, and orders cannot name it", "[m
       CHECK(read_file(e.path()).value_or("") != "SHADOWED");
     }
   }
+}
+
+TEST_CASE("directives and epochs through the control directory do as documented",
+          "[mount][input]") {
+  // RELIABILITY.md I10 through a real mount (the parser's tests cover each case in detail).
+  TempDir dir;
+  make_small_source(dir / "src");
+  std::ofstream(dir / "src/#x") << "hash";
+  for (int i = 0; i < 4; ++i) {
+    std::ofstream(dir / ("src/f" + std::to_string(i))) << i;
+  }
+  Mount mount(dir / "src", dir / "mnt");
+  // An unknown directive is a comment; a repeated one is ignored (the first counts).
+  CHECK(publish(mount, "#shuffle yes\n#epoch 3\n#epoch 4\nf0\nf1\n") == 0);
+  CHECK(last_verdict(mount) == Verdict{true, 2, 0});
+  CHECK(stat_of(mount, "prefetch.streams.default.epoch") == 3);
+  for (const char* bad : {"#epoch -1\nf0\n", "#epoch x\nf0\n", "#epoch 1.5\nf0\n"}) {
+    INFO(bad);
+    CHECK(publish(mount, bad) == 0);  // the directive skipped, the entry kept
+    CHECK(last_verdict(mount) == Verdict{true, 1, 1});
+  }
+  // Those went to epochs 4, 5 and 6 (the next after the last published); a fifth epoch held
+  // is refused, and so is an epoch older than the current one.
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 3);
+  CHECK(publish(mount, "#epoch 7\nf0\n") == EINVAL);
+  CHECK(publish(mount, "#epoch 2\nf0\n") == EINVAL);
+  CHECK(stat_of(mount, "prefetch.streams.default.epoch") == 3);
+  // The same epoch again replaces its order.
+  CHECK(publish(mount, "#epoch 5\nf0\nf1\nf2\nf3\n") == 0);
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 3);
+  // A header line after an entry is a comment; a file whose name starts with # is named
+  // with ./ in front.
+  CHECK(publish(mount, "#stream late\nf0\n#epoch 9\n./#x\n#x\n") == 0);
+  CHECK(last_verdict(mount) == Verdict{true, 2, 0});
+  CHECK(stat_of(mount, "prefetch.streams.late.epoch") == 0);
+  CHECK(read_file(mount / "#x") == "hash");
+  // One stream id from two writers: the later publish of an epoch wins.
+  CHECK(publish(mount, "#stream shared\n#epoch 0\nf0\n", "a") == 0);
+  CHECK(publish(mount, "#stream shared\n#epoch 0\nf1\nf2\n", "b") == 0);
+  CHECK(stat_of(mount, "prefetch.streams.shared.epoch_length") == 2);
+}
+
+namespace {
+
+// Writes text into <mount>/.epochfs/name in the pieces cut at `cuts` (offsets, ascending) and
+// closes it; returns the errno of the first failed write or of the close (0: published).
+int publish_in_pieces(const Mount& mount, const std::string& text, std::vector<size_t> cuts,
+                      const std::string& name = "order") {
+  cachestore::UniqueFd fd(::open((mount / (".epochfs/" + name)).c_str(),
+                                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  REQUIRE(fd.valid());
+  cuts.push_back(text.size());
+  size_t from = 0;
+  int err = 0;
+  for (const size_t to : cuts) {
+    if (err == 0 && to > from && ::write(fd.get(), text.data() + from, to - from) < 0) {
+      err = errno;
+    }
+    from = std::max(from, to);
+  }
+  if (::close(fd.release()) != 0 && err == 0) {
+    err = errno;
+  }
+  return err;
+}
+
+// Every offset from 1 to n - 1: one byte per write.
+std::vector<size_t> every_byte(size_t n) {
+  std::vector<size_t> cuts;
+  for (size_t i = 1; i < n; ++i) {
+    cuts.push_back(i);
+  }
+  return cuts;
+}
+
+std::string rejected_examples(const Mount& mount) {
+  const auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  std::string all;
+  for (int i = 0; i < 5; ++i) {
+    const auto it =
+        doc->values.find("prefetch.last_publish.rejected_examples." + std::to_string(i));
+    all += it == doc->values.end() ? "" : it->second + "\n";
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("control files publish the same order however they are written", "[mount][input]") {
+  // RELIABILITY.md I11: the bytes of an order (CRLF line ends, multibyte UTF-8 names, a bad
+  // line) arrive in one write, one byte per write, in 128 KiB chunks, and cut inside a CRLF and
+  // inside a UTF-8 sequence: every way gives the same verdict, entry for entry.
+  TempDir dir;
+  const std::vector<std::string> names = {"é/ñandú-0", "日本/画像-1", "ü-2 space", "plain-3"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string path = dir / ("src/" + names[i]);
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << "file " << i;
+  }
+  Mount mount(dir / "src", dir / "mnt");
+  std::string small = "#stream s\r\n#epoch 0\r\n";  // each publish replaces it
+  for (int i = 0; i < 40; ++i) {
+    small += names[static_cast<size_t>(i) % names.size()] + "\r\n";
+  }
+  small += "../bad\r\n\xff\xfe\r\n";
+  REQUIRE(publish(mount, small) == 0);
+  const Verdict whole = last_verdict(mount);
+  const std::string examples = rejected_examples(mount);
+  CHECK(whole == Verdict{true, 40, 2});
+
+  const size_t crlf = small.find("\r\n");
+  const size_t multibyte = small.find("\xc3\xa9");  // é
+  for (const auto& cuts : {every_byte(small.size()), std::vector<size_t>{crlf + 1},
+                           std::vector<size_t>{multibyte + 1}, std::vector<size_t>{3, 4, 5}}) {
+    CHECK(publish_in_pieces(mount, small, cuts) == 0);
+    CHECK(last_verdict(mount) == whole);
+    CHECK(rejected_examples(mount) == examples);
+  }
+
+  // About 1 MiB in 128 KiB writes: the cuts fall wherever they fall.
+  std::string big = "#stream s\r\n#epoch 0\r\n";
+  for (int i = 0; i < 40000; ++i) {
+    big += names[static_cast<size_t>(i) % names.size()] + "\r\n";
+  }
+  REQUIRE(publish(mount, big) == 0);
+  const Verdict big_whole = last_verdict(mount);
+  CHECK(big_whole == Verdict{true, 40000, 0});
+  std::vector<size_t> chunks;
+  for (size_t at = 128 * 1024; at < big.size(); at += 128 * 1024) {
+    chunks.push_back(at);
+  }
+  CHECK(publish_in_pieces(mount, big, chunks) == 0);
+  CHECK(last_verdict(mount) == big_whole);
+  CHECK(stat_of(mount, "prefetch.publish_failures") == 0);
+}
+
+TEST_CASE("control files: odd writes, killed writers and other operations", "[mount][input]") {
+  // RELIABILITY.md I11: what each way of using the control directory does, as documented in
+  // docs/user-guide.md ("Three ways to publish").
+  TempDir dir;
+  make_small_source(dir / "src");
+  for (int i = 0; i < 20; ++i) {
+    std::ofstream(dir / ("src/f" + std::to_string(i))) << i;
+  }
+  Mount mount(dir / "src", dir / "mnt");
+  std::string order;
+  for (int i = 0; i < 20; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  REQUIRE(publish(mount, "#epoch 0\n" + order) == 0);
+  const std::string control = mount / ".epochfs/";
+
+  SECTION("a write that leaves a hole fails, and the file is not published") {
+    cachestore::UniqueFd fd(::open((control + "holed").c_str(), O_WRONLY | O_CREAT, 0600));
+    REQUIRE(fd.valid());
+    REQUIRE(::pwrite(fd.get(), "f1\n", 3, 0) == 3);
+    CHECK(::pwrite(fd.get(), "f2\n", 3, 100) < 0);
+    CHECK(errno == EINVAL);
+    CHECK(::close(fd.release()) != 0);
+    CHECK(stat_of(mount, "prefetch.streams.default.epoch_length") == 20);
+  }
+  SECTION("O_APPEND writes publish") {
+    cachestore::UniqueFd fd(
+        ::open((control + "appended").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600));
+    REQUIRE(fd.valid());
+    for (int i = 0; i < 5; ++i) {
+      REQUIRE(::write(fd.get(), "f1\n", 3) == 3);
+    }
+    CHECK(::close(fd.release()) == 0);
+    CHECK(last_verdict(mount) == Verdict{true, 5, 0});
+  }
+  SECTION("two writers of one name publish two orders, each whole") {
+    cachestore::UniqueFd a(::open((control + "same").c_str(), O_WRONLY | O_CREAT, 0600));
+    cachestore::UniqueFd b(::open((control + "same").c_str(), O_WRONLY | O_CREAT, 0600));
+    REQUIRE(a.valid());
+    REQUIRE(b.valid());
+    const std::string first = "#stream one\nf1\nf2\n";
+    const std::string second = "#stream two\nf3\nf4\nf5\n";
+    REQUIRE(::write(a.get(), first.data(), 7) == 7);
+    REQUIRE(::write(b.get(), second.data(), second.size()) == static_cast<ssize_t>(second.size()));
+    REQUIRE(::write(a.get(), first.data() + 7, first.size() - 7) ==
+            static_cast<ssize_t>(first.size() - 7));
+    CHECK(::close(b.release()) == 0);
+    CHECK(::close(a.release()) == 0);
+    CHECK(stat_of(mount, "prefetch.streams.one.epoch_length") == 2);
+    CHECK(stat_of(mount, "prefetch.streams.two.epoch_length") == 3);
+  }
+  SECTION("a writer killed mid-file publishes nothing when the order has #count") {
+    for (const bool counted : {true, false}) {
+      const pid_t pid = fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        const int fd = ::open((control + "killed").c_str(), O_WRONLY | O_CREAT, 0600);
+        const std::string text =
+            std::string(counted ? "#count 20\n" : "") + "#epoch 1\n" + order.substr(0, 30);
+        (void)!::write(fd, text.data(), text.size());
+        ::raise(SIGKILL);
+      }
+      int status = 0;
+      REQUIRE(::waitpid(pid, &status, 0) == pid);
+      REQUIRE(WIFSIGNALED(status));
+    }
+    // The counted one refused; the plain list published as it stood (documented), its last
+    // line cut and so naming no file.
+    CHECK(stat_of(mount, "prefetch.publish_failures") == 1);
+    CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 1);
+  }
+  SECTION("mv and cp from another filesystem publish") {
+    std::ofstream(dir / "moved.txt") << order;
+    auto r = run_command({"mv", dir / "moved.txt", control + "moved"});
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(stat_of(mount, "prefetch.publishes") == 2);
+    std::ofstream(dir / "copied.txt") << order;
+    CHECK(run_command({"cp", dir / "copied.txt", control + "copied"}).exit_code == 0);
+    CHECK(stat_of(mount, "prefetch.publishes") == 3);
+    CHECK(fs::is_empty(control) == false);  // stats, verify, metrics; nothing else is listed
+    std::vector<std::string> listed;
+    for (const auto& e : fs::directory_iterator(control)) {
+      listed.push_back(e.path().filename());
+    }
+    std::sort(listed.begin(), listed.end());
+    CHECK(listed == std::vector<std::string>{"metrics", "stats", "verify"});
+  }
+  SECTION("names of 255 bytes work, longer ones and other operations fail") {
+    CHECK(publish(mount, order, std::string(255, 'n')) == 0);
+    CHECK(::open((control + std::string(256, 'n')).c_str(), O_WRONLY | O_CREAT, 0600) < 0);
+    CHECK(errno == ENAMETOOLONG);
+    CHECK(::mkdir((control + "d").c_str(), 0700) != 0);
+    CHECK(::link((control + "stats").c_str(), (control + "l").c_str()) != 0);
+    CHECK(::symlink("x", (control + "s").c_str()) != 0);
+    CHECK(::unlink((control + "stats").c_str()) != 0);
+    CHECK(::rename((control + "stats").c_str(), (control + "t").c_str()) != 0);
+    for (const char* name : {"stats", "verify", "metrics"}) {
+      INFO(name);
+      CHECK(::open((control + name).c_str(), O_WRONLY) < 0);
+      CHECK((errno == EACCES || errno == EROFS));
+      CHECK(::truncate((control + name).c_str(), 0) != 0);
+    }
+    CHECK(read_file(control + "stats").has_value());
+  }
+  SECTION("ten thousand control files leave the daemon's memory where it was") {
+    const auto rss_kib = [&] {
+      std::ifstream in("/proc/" + std::to_string(mount.pid()) + "/status");
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) {
+          return std::stol(line.substr(6));
+        }
+      }
+      return -1L;
+    };
+    for (int i = 0; i < 1000; ++i) {
+      REQUIRE(publish(mount, "#epoch 0\nf1\n", "o" + std::to_string(i)) == 0);
+    }
+    const long before = rss_kib();
+    std::vector<cachestore::UniqueFd> open_files;
+    for (int i = 0; i < 10000; ++i) {
+      if (i % 2 == 0) {
+        REQUIRE(publish(mount, "#epoch 0\nf1\n", "p" + std::to_string(i)) == 0);
+      } else {
+        open_files.emplace_back(
+            ::open((control + "q" + std::to_string(i)).c_str(), O_WRONLY | O_CREAT, 0600));
+        REQUIRE(open_files.back().valid());
+        REQUIRE(::write(open_files.back().get(), "#epoch 0\nf2\n", 12) == 12);
+      }
+    }
+    open_files.clear();
+    const long after = rss_kib();
+    INFO("RSS " << before << " KiB before, " << after << " KiB after");
+    CHECK(after - before < 16 * 1024);
+    CHECK(stat_of(mount, "prefetch.publishes") == 11001);
+    CHECK(stat_of(mount, "prefetch.publish_failures") == 0);
+  }
+  CHECK(read_file(mount / "hello.txt") == "hello");
+}
+
+TEST_CASE("symlinks in the source never bring bytes from outside the root into the cache",
+          "[mount][input]") {
+  // RELIABILITY.md I5: orders name symlinks out of the tree (to /etc/passwd, to /, relative
+  // climbs, a chain that escapes after two hops, a loop) and, for a few seconds, entries that
+  // are swapped between a regular file and a symlink out (a file and a directory on the path)
+  // while prefetch and readers run. The source is opened beneath its root without following
+  // links (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), so no byte from outside may reach
+  // the cache; readlink through the mount gives each link's text unchanged.
+  TempDir dir;
+  const std::string sentinel = "OUTSIDE-THE-ROOT-5f3a9c\n";
+  std::string secret;
+  for (int i = 0; i < 2000; ++i) {
+    secret += sentinel;
+  }
+  fs::create_directories(dir / "outside/sub");
+  std::ofstream(dir / "outside/secret") << secret;
+  std::ofstream(dir / "outside/sub/g") << secret;
+  const std::string src = dir / "src";
+  write_files(src, 20, 40000);
+  fs::create_directories(src + "/deep/er");
+  const std::string outside_rel = (dir / "outside/secret").substr(1);  // from "/"
+  const std::vector<std::pair<std::string, std::string>> links = {
+      {"to_passwd", "/etc/passwd"},
+      {"to_secret", dir / "outside/secret"},
+      {"to_root", "/"},
+      {"to_outside", dir / "outside"},
+      {"climb", "../outside/secret"},
+      {"deep/er/climb", "../../../outside/secret"},
+      {"deep/up", "../../../../../../../../../../.."},
+      {"loop_a", "loop_b"},
+      {"loop_b", "loop_a"},
+      {"hop1", "hop2"},
+      {"hop2", "deep/er/climb"},
+      {"inside", "f0"},
+  };
+  for (const auto& [name, target] : links) {
+    fs::create_symlink(target, src + "/" + name);
+  }
+  // The swapped entries: swap<k> and swapdir change places with their twins .alt<k> and
+  // .altdir (renameat2 RENAME_EXCHANGE, so each name always exists): one of each pair is a
+  // regular file (a directory holding g), the other a symlink out.
+  constexpr int kSwaps = 16;
+  for (int k = 0; k < kSwaps; ++k) {
+    REQUIRE(
+        tools::write_content_file(src + "/swap" + std::to_string(k), 100 + k, 1, 30000).is_ok());
+    fs::create_symlink(dir / "outside/secret", src + "/.alt" + std::to_string(k));
+  }
+  fs::create_directories(src + "/swapdir");
+  REQUIRE(tools::write_content_file(src + "/swapdir/g", 200, 1, 30000).is_ok());
+  fs::create_directory_symlink(dir / "outside/sub", src + "/.altdir");
+
+  Mount mount(src, dir / "mnt");
+  // The files first, then the links: the links are ahead of the reader when it is done.
+  std::string order;
+  for (int i = 0; i < 20; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  order +=
+      "to_passwd\nto_secret\nto_root/etc/passwd\nto_outside/secret\nto_outside/sub/g\n"
+      "climb\ndeep/er/climb\ndeep/up/etc/passwd\ndeep/up/" +
+      outside_rel + "\nloop_a\nhop1\ninside\n";
+  REQUIRE(publish(mount, order) == 0);
+  for (int i = 0; i < 20; ++i) {
+    check_same(mount / ("f" + std::to_string(i)), src + "/f" + std::to_string(i));
+  }
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "prefetch.streams.default.rejected_entries") >= 12);
+  for (const auto& [name, target] : links) {
+    CHECK(fs::read_symlink(mount / name) == target);
+  }
+
+  std::string swaps = "#epoch 0\n";
+  for (int k = 0; k < kSwaps; ++k) {
+    swaps += "swap" + std::to_string(k) + "\n";
+  }
+  swaps += "swapdir/g\n";
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> exchanges{0};
+  std::thread swapper([&] {
+    for (int round = 0; !stop; ++round) {
+      const int k = round % (kSwaps + 1);
+      const std::string a = k < kSwaps ? src + "/swap" + std::to_string(k) : src + "/swapdir";
+      const std::string b = k < kSwaps ? src + "/.alt" + std::to_string(k) : src + "/.altdir";
+      if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) {
+        ++exchanges;
+      }
+    }
+  });
+  std::thread reader([&] {
+    while (!stop) {
+      for (int k = 0; k < kSwaps && !stop; ++k) {
+        (void)read_file(mount / ("swap" + std::to_string(k)));
+      }
+      (void)read_file(mount / "swapdir/g");
+    }
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int published = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    published += publish(mount, swaps) == 0 ? 1 : 0;  // the same epoch again: from its start
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  swapper.join();
+  reader.join();
+  wait_for_staging(mount);
+  INFO(published << " orders published, " << exchanges << " exchanges");
+  CHECK(published > 50);
+  CHECK(exchanges > 1000);
+  CHECK(stat_of(mount, "prefetch.prefetches") > 0);
+
+  const auto passwd = read_file("/etc/passwd");
+  REQUIRE(passwd.has_value());
+  uint64_t copies = 0;
+  for (const auto& e : fs::recursive_directory_iterator(mount.cache_root())) {
+    if (!e.is_regular_file()) {
+      continue;
+    }
+    const std::string bytes = read_file(e.path()).value_or("");
+    INFO(e.path());
+    CHECK(bytes.find(sentinel) == std::string::npos);
+    CHECK(bytes != *passwd);
+    ++copies;
+  }
+  CHECK(copies >= 20);
 }
 
 }  // namespace epochfs::test

@@ -12,15 +12,18 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <list>
 #include <numeric>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
 #include <catch2/catch.hpp>
 
+#include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "tools/dataset.h"
 #include "tools/read_bench.h"
@@ -479,6 +482,125 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   }
   // Nothing was left waiting: a file outside the order reads at once, with its bytes.
   check_same(mount / name_of(0), dir / ("src/" + name_of(0)));
+}
+
+namespace {
+
+// CPU seconds (user + system) the process pid has used.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) {  // utime, stime
+      ticks += std::stod(field);
+    }
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+TEST_CASE("the --shuffle-file watcher publishes whole versions only", "[mount][prefetch]") {
+  // RELIABILITY.md I12 on a local directory, where inotify sees every close and rename.
+  TempDir dir;
+  make_files(dir / "src", 20);
+  const std::string watched = dir / "orders/order.txt";
+  fs::create_directories(dir / "orders");
+  std::ofstream(watched) << order_text(shuffled(0, 20, 1), "#epoch 0\n");
+  Mount mount(dir / "src", dir / "mnt", {"--shuffle-file", watched, "--log-file", dir / "log"});
+  const auto publishes_reach = [&](double n) {
+    for (int i = 0; i < 500 && stat_of(mount, "prefetch.publishes") < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return stat_of(mount, "prefetch.publishes") == n;
+  };
+  REQUIRE(publishes_reach(1));
+
+  // Rewritten in place, slowly: truncated at open, half the lines, a pause, the rest. Only the
+  // close publishes, and what it publishes is whole.
+  const std::string text = order_text(shuffled(0, 20, 2), "#epoch 0\n");
+  {
+    cachestore::UniqueFd fd(::open(watched.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC));
+    REQUIRE(fd.valid());
+    REQUIRE(::write(fd.get(), text.data(), text.size() / 2) > 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    CHECK(stat_of(mount, "prefetch.publishes") == 1);
+    const size_t rest = text.size() - text.size() / 2;
+    REQUIRE(::write(fd.get(), text.data() + text.size() / 2, rest) == static_cast<ssize_t>(rest));
+  }
+  CHECK(publishes_reach(2));
+  CHECK(stat_of(mount, "prefetch.streams.default.epoch_length") == 20);
+
+  // Deleted: nothing happens, the order stays. Made again: published.
+  fs::remove(watched);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(stat_of(mount, "prefetch.publishes") == 2);
+  std::ofstream(dir / "orders/.tmp") << order_text(shuffled(0, 20, 3), "#epoch 1\n");
+  fs::rename(dir / "orders/.tmp", watched);
+  CHECK(publishes_reach(3));
+
+  // Swapped for a symlink: not followed (the daemon may be root; the link could name any
+  // file), said once in the log, and the orders stay. A file renamed back is published.
+  std::ofstream(dir / "elsewhere.txt") << order_text(shuffled(0, 20, 4), "#epoch 2\n");
+  fs::create_symlink(dir / "elsewhere.txt", dir / "orders/.link");
+  fs::rename(dir / "orders/.link", watched);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(stat_of(mount, "prefetch.publishes") == 3);
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 1);
+  CHECK(contains(read_file(dir / "log").value_or(""), "is a symlink, which is not followed"));
+  std::ofstream(dir / "orders/.tmp") << order_text(shuffled(0, 20, 5), "#epoch 2\n");
+  fs::rename(dir / "orders/.tmp", watched);
+  CHECK(publishes_reach(4));
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 2);
+  CHECK(stat_of(mount, "prefetch.publish_failures") == 0);
+
+  // Waiting costs nothing: no polling on a local directory.
+  const double before = cpu_seconds(mount.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(cpu_seconds(mount.pid()) - before < 0.1);
+}
+
+TEST_CASE("a --shuffle-file changed where inotify cannot see is published once it is whole",
+          "[mount][prefetch]") {
+  // RELIABILITY.md I12: the shuffle file on a FUSE filesystem (faultfs standing for NFS),
+  // changed in the directory behind it, as by another machine: inotify is blind to that, so
+  // the watcher looks at the file every second and publishes a version once it has stayed
+  // the same from one look to the next. A writer that stops mid-file for longer is caught by
+  // #count: refused, the order before it stays.
+  TempDir dir;
+  make_files(dir / "src", 20);
+  fs::create_directories(dir / "backing");
+  std::ofstream(dir / "backing/order.txt") << order_text(shuffled(0, 20, 1), "#epoch 0\n");
+  FaultFs orders(dir / "backing", dir / "orders");
+  Mount mount(dir / "src", dir / "mnt",
+              {"--shuffle-file", dir / "orders/order.txt", "--log-file", dir / "log"});
+  const auto wait_for = [&](const std::string& key, double n) {
+    for (int i = 0; i < 1000 && stat_of(mount, key) < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return stat_of(mount, key) == n;
+  };
+  REQUIRE(wait_for("prefetch.publishes", 1));
+  CHECK(contains(read_file(dir / "log").value_or(""), "where inotify misses changes"));
+
+  std::ofstream(dir / "backing/.tmp") << order_text(shuffled(0, 20, 2), "#epoch 1\n");
+  fs::rename(dir / "backing/.tmp", dir / "backing/order.txt");
+  CHECK(wait_for("prefetch.publishes", 2));  // within 10 s; a look every second
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 1);
+
+  const std::string text = order_text(shuffled(0, 20, 3), "#epoch 2\n#count 20\n");
+  {
+    std::ofstream out(dir / "backing/order.txt", std::ios::trunc);
+    out << text.substr(0, text.size() / 2) << std::flush;
+    CHECK(wait_for("prefetch.publish_failures", 1));  // the half: refused by its #count
+    out << text.substr(text.size() / 2);
+  }
+  CHECK(wait_for("prefetch.publishes", 4));
+  CHECK(stat_of(mount, "prefetch.publish_failures") == 1);
+  CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 2);
 }
 
 }  // namespace epochfs::test
