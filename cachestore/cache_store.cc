@@ -672,11 +672,15 @@ Result<uint64_t> hash_fd(int fd, uint64_t size) {
   return hash_chunks(fd, size, [](const char*, size_t) { return Status::ok(); });
 }
 
-Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault) {
+Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
+                           const std::function<void()>& progress) {
   *cache_fault = false;
   return hash_chunks(source_fd, staging.size(), [&](const char* data, size_t len) {
     Status written = write_all(staging.fd(), std::string_view(data, len), "cache copy");
     *cache_fault = !written.is_ok();
+    if (written.is_ok() && progress) {
+      progress();
+    }
     return written;
   });
 }

@@ -248,6 +248,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("files_known", s.files_known);
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
+  o.field("waits_abandoned", s.waits_abandoned);
   data_path_fields(o.start("data_path"), implicit_opens);
   cache_fields(o.start("cache"), s);
   prefetch_fields(o.start("prefetch"), s);

@@ -85,6 +85,8 @@ void engine_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.one("epochfs_lookups_answered_ahead_total", "counter",
         "Lookups answered from attributes read ahead.", d(s.fresh_lookups));
   e.one("epochfs_waits_total", "counter", "Opens that waited for a copy in flight.", d(s.waits));
+  e.one("epochfs_waits_abandoned_total", "counter",
+        "Opens that gave up waiting for a copy that wrote nothing for 2 s.", d(s.waits_abandoned));
   e.one("epochfs_stall_seconds_total", "counter",
         "Time opens waited for copies in flight, summed over readers.",
         static_cast<double>(s.stall_ns) / 1e9);

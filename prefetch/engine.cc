@@ -219,14 +219,14 @@ Engine::Claim Engine::claim_flight(FileId id) {
   // A prefetch taken over from the queue keeps its slot until its job leaves the queue (and
   // skips itself): slots bound the prefetch jobs queued, live or not, so they never crowd
   // the copies of readers' misses out of the stager's queue.
-  f = Flight{false, true, next_flight_gen_++};
+  f = Flight{false, true, next_flight_gen_++, now_ns()};
   return Claim::kOwned;
 }
 
 uint64_t Engine::begin_prefetch_flight(FileId id) {
   cachestore::MutexLock lock(flights_mu_);
   const uint64_t gen = next_flight_gen_;
-  if (!flights_.try_emplace(id, Flight{true, false, gen}).second) {
+  if (!flights_.try_emplace(id, Flight{true, false, gen, now_ns()}).second) {
     return 0;
   }
   ++next_flight_gen_;
@@ -242,6 +242,7 @@ bool Engine::start_prefetch_flight(FileId id, uint64_t gen) {
     return false;
   }
   it->second.started = true;
+  it->second.progress_ns = now_ns();
   return true;
 }
 
@@ -258,15 +259,42 @@ void Engine::end_flight(FileId id, uint64_t gen) {
 bool Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
   const int64_t start = now_ns();
   const auto deadline = start + static_cast<int64_t>(options_.max_wait_s * 1e9);
-  cachestore::MutexLock lock(flights_mu_);
-  if (flights_.count(id) == 0) {
-    return false;
-  }
-  while (flights_.count(id) != 0 && now_ns() < deadline) {
-    flight_done_.wait_for(std::chrono::milliseconds(100));
+  const auto stuck_ns = static_cast<int64_t>(options_.stuck_copy_s * 1e9);
+  bool abandoned = false;
+  {
+    cachestore::MutexLock lock(flights_mu_);
+    if (flights_.count(id) == 0) {
+      return false;
+    }
+    for (auto it = flights_.find(id); it != flights_.end(); it = flights_.find(id)) {
+      const int64_t now = now_ns();
+      // A copy queued or running that has written nothing for this long is stuck (or queued
+      // behind stuck ones): the reader goes to the source. Copies stuck since long ago are
+      // given up on at once, so a hung cache disk costs the trainer one wait, not one per file.
+      abandoned = now - it->second.progress_ns >= stuck_ns;
+      if (abandoned || now >= deadline) {
+        break;
+      }
+      flight_done_.wait_for(std::chrono::milliseconds(100));
+    }
   }
   *stall_ns += static_cast<uint64_t>(now_ns() - start);
+  if (abandoned) {
+    waits_abandoned_.fetch_add(1, kRelaxed);
+    cachestore::log(cachestore::LogLevel::kWarning,
+                    "the copy of %s has written nothing for %.0f s (cache disk or source "
+                    "stuck?): reading the source instead",
+                    escape_for_log(registry_.path_of(id)).c_str(), options_.stuck_copy_s);
+  }
   return true;
+}
+
+void Engine::note_progress(FileId id) {
+  cachestore::MutexLock lock(flights_mu_);
+  auto it = flights_.find(id);
+  if (it != flights_.end()) {
+    it->second.progress_ns = now_ns();
+  }
 }
 
 unsigned Engine::prefetch_slots() {
@@ -369,7 +397,7 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
     return;
   }
   bool cache_fault = false;
-  auto hash = cachestore::copy_into(fd.get(), *staging, &cache_fault);
+  auto hash = cachestore::copy_into(fd.get(), *staging, &cache_fault, [&] { note_progress(id); });
   if (!hash.is_ok()) {
     cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
                     hash.status().to_string().c_str());
@@ -435,6 +463,7 @@ EngineStats Engine::stats() const {
   s.files_known = registry_.size();
   s.waits = waits_.load(kRelaxed);
   s.stall_ns = stall_ns_.load(kRelaxed);
+  s.waits_abandoned = waits_abandoned_.load(kRelaxed);
   s.prefetches = prefetches_.load(kRelaxed);
   s.planner = planner_->stats();
   s.copies_queued = stager_ ? stager_->pending() : 0;

@@ -60,8 +60,11 @@ struct EngineOptions {
   unsigned max_pending_copies = 4096;
   // How far ahead of each stream's cursor to stage (--lookahead).
   Lookahead lookahead;
-  // A reader waits at most this long for a copy in flight before reading the source itself.
+  // A reader waits at most this long for a copy in flight before reading the source itself,
+  // and gives up sooner on a copy that has written nothing for stuck_copy_s (a hung cache
+  // disk, a hung source): waiting on it would stall the trainer for nothing.
   double max_wait_s = 30;
+  double stuck_copy_s = 2;
   // A shuffle file outside the mount, published again at each new version (--shuffle-file).
   std::string shuffle_file;
 };
@@ -88,9 +91,10 @@ struct EngineStats {
   uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t files_known = 0;
-  uint64_t waits = 0;       // opens that waited for a copy in flight
-  uint64_t stall_ns = 0;    // time those opens waited
-  uint64_t prefetches = 0;  // copies the planner started
+  uint64_t waits = 0;            // opens that waited for a copy in flight
+  uint64_t stall_ns = 0;         // time those opens waited
+  uint64_t waits_abandoned = 0;  // of those, gave up on a copy that made no progress
+  uint64_t prefetches = 0;       // copies the planner started
   bool cache_enabled = false;
   std::string cache_dir;
   cachestore::CacheStats cache;
@@ -177,6 +181,8 @@ class Engine final : public PrefetchSink {
   void end_flight(FileId id, uint64_t gen = 0);
   // Waits for id's copy if one is in flight; adds the time waited to *stall_ns.
   bool wait_for_flight(FileId id, uint64_t* stall_ns);
+  // id's copy wrote another chunk: it is not stuck.
+  void note_progress(FileId id);
 
   // Dependencies, in destruction order reversed: the stager goes first, the planner last.
   const cachestore::RootDir& source_;
@@ -200,12 +206,14 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> copies_dropped_{0};
   std::atomic<uint64_t> waits_{0};
   std::atomic<uint64_t> stall_ns_{0};
+  std::atomic<uint64_t> waits_abandoned_{0};
   std::atomic<uint64_t> prefetches_{0};
 
   struct Flight {
     bool prefetch = false;  // a prefetch copy (counted against the planner's slots)
     bool started = false;   // its copy is running; before that a reader may take it over
     uint64_t gen = 0;
+    int64_t progress_ns = 0;  // when it was made, started, or last wrote a chunk
   };
 
   cachestore::Mutex flights_mu_;

@@ -3,6 +3,7 @@
 // files they belong to, and the mount stays live.
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -335,6 +337,122 @@ TEST_CASE("a source that refuses root gives EACCES and a hint", "[mount][faults]
   CHECK(contains(log,
                  "the source refused root: open f1: Permission denied (an NFS export with "
                  "root_squash?"));
+}
+
+TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
+  // RELIABILITY.md C8: --cache-dir on faultfs whose writes hang (a dead local disk), with an
+  // order published so that copies run ahead of the reader. Every copy sticks; readers must
+  // still get every file, from the source, without waiting on the stuck copies for long. The
+  // reader is a child process, so a stuck one cannot hold up the test.
+  TempDir dir;
+  constexpr int kFiles = 40;
+  write_files(dir / "data", kFiles, kSize);
+  fs::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()});
+  disk.set_rules("write /* hang\n");
+  std::string order;
+  for (int i = 0; i < kFiles; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  REQUIRE(publish(mount, order) == 0);
+  const auto start = Clock::now();
+  const pid_t reader = fork();
+  REQUIRE(reader >= 0);
+  if (reader == 0) {
+    for (int i = 0; i < kFiles; ++i) {
+      const std::string name = "/f" + std::to_string(i);
+      const auto a = tools::file_digest(dir / "mnt" + name);
+      const auto b = tools::file_digest(dir / "data" + name);
+      if (!a.is_ok() || !b.is_ok() || a.value() != b.value()) {
+        _exit(1);
+      }
+    }
+    _exit(0);
+  }
+  const auto code = tools::wait_exit(reader, seconds(60));
+  const auto took = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!code) {
+    ::kill(reader, SIGKILL);
+  }
+  disk.set_rules("");
+  disk.release();
+  if (!code) {
+    (void)tools::wait_exit(reader, seconds(10));
+  }
+  INFO(read_file(mount / ".epochfs/stats").value_or(""));
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  CHECK(stat_of(mount, "waits_abandoned") >= 1);
+  WARN(kFiles << " files read over a hung cache disk in " << took << " s");
+  CHECK(took < 20);
+}
+
+TEST_CASE("source directories renamed and replaced under readers and prefetch", "[mount][faults]") {
+  // RELIABILITY.md F9: a directory of the source renamed back and forth while readers and
+  // prefetch go through it, then replaced by a file of the same name and by a directory with
+  // new files. Reads give the right bytes or ENOENT/ENOTDIR, never another file's or an old
+  // version's; once the timeouts have passed, listings match the source.
+  TempDir dir;
+  constexpr int kFiles = 10;
+  const std::string src = dir / "src";
+  write_files(src + "/d0", kFiles, 40000);
+  write_files(dir / "ref", kFiles, 40000);  // the same bytes, out of the way
+  write_files(src + "/d1", kFiles, 40000);
+  Mount mount(src, dir / "mnt");
+  std::string order = "#epoch 0\n";
+  for (int i = 0; i < kFiles; ++i) {
+    order += "d0/f" + std::to_string(i) + "\n";
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> renames{0};
+  std::thread churn([&] {
+    while (!stop) {
+      fs::rename(src + "/d0", src + "/d0x");
+      fs::rename(src + "/d0x", src + "/d0");
+      renames += 2;
+    }
+  });
+  uint64_t right = 0;
+  uint64_t missing = 0;
+  const auto until = Clock::now() + seconds(3);
+  while (Clock::now() < until) {
+    REQUIRE(publish(mount, order) == 0);
+    for (int i = 0; i < kFiles; ++i) {
+      const std::string name = "/f" + std::to_string(i);
+      const auto got = tools::file_digest(mount / ("d0" + name));
+      if (!got.is_ok()) {
+        CHECK((got.error_code() == ENOENT || got.error_code() == ENOTDIR));
+        ++missing;
+        continue;
+      }
+      CHECK(got.value() == tools::file_digest(dir / "ref" + name).value());
+      ++right;
+    }
+  }
+  stop = true;
+  churn.join();
+  INFO(renames << " renames, " << right << " reads right, " << missing << " ENOENT");
+  CHECK(right > 0);
+
+  // d1 becomes a file; d0 a new directory whose files have new contents (version 2).
+  fs::remove_all(src + "/d1");
+  std::ofstream(src + "/d1") << "now a file";
+  fs::rename(src + "/d0", src + "/old");
+  write_files(src + "/d0", kFiles, 40000, 2);
+  std::this_thread::sleep_for(milliseconds(1500));  // past the attribute and entry timeouts
+  CHECK(read_file(mount / "d1") == "now a file");
+  check_files(mount / "d0", src + "/d0", kFiles);
+  check_files(mount / "old", src + "/old", kFiles);
+  const auto names = [](const std::string& path) {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(path)) {
+      out.insert(e.path().filename().string() + (e.is_directory() ? "/" : ""));
+    }
+    return out;
+  };
+  CHECK(names(mount.path()) == names(src));
+  CHECK(names(mount / "d0") == names(src + "/d0"));
 }
 
 }  // namespace epochfs::test

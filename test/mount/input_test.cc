@@ -528,8 +528,10 @@ TEST_CASE("control files: odd writes, killed writers and other operations", "[mo
     }
     open_files.clear();
     const long after = rss_kib();
-    INFO("RSS " << before << " KiB before, " << after << " KiB after");
+    WARN("daemon RSS " << before << " KiB before 10,000 control files, " << after << " KiB after");
+#if !defined(__SANITIZE_ADDRESS__)  // ASan keeps freed memory in quarantine
     CHECK(after - before < 16 * 1024);
+#endif
     CHECK(stat_of(mount, "prefetch.publishes") == 11001);
     CHECK(stat_of(mount, "prefetch.publish_failures") == 0);
   }

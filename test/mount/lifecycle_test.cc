@@ -313,4 +313,45 @@ TEST_CASE("a stale mount of another filesystem is left alone", "[mount][lifecycl
   CHECK(contains(again.output, "umount -l"));
 }
 
+TEST_CASE("a root-like cache directory: only epochfs's own directory goes, after a crash too",
+          "[mount][lifecycle]") {
+  // RELIABILITY.md K9 with a `/`-like directory: a system-like tree that also holds the
+  // source and the mountpoint. A crash leaves the mount's directory; the next mount removes
+  // it, and its unmount its own. Nothing else in the tree may change.
+  TempDir dir;
+  const std::string root = dir.path();
+  write_files(root + "/src", 3, 50000);
+  for (const char* d : {"etc", "usr/bin", "var/cache/apt", "home/user/.cache", "tmp", "mnt"}) {
+    fs::create_directories(root + "/" + d);
+  }
+  std::ofstream(root + "/etc/passwd") << "root:x:0:0::/root:/bin/sh\n";
+  std::ofstream(root + "/usr/bin/tool") << "#!/bin/sh\n";
+  std::ofstream(root + "/var/cache/apt/pkgcache.bin") << "cache of another program";
+  std::ofstream(root + "/home/user/.cache/thumb") << "x";
+  std::ofstream(root + "/tmp/.X0-lock") << "1";
+  fs::create_directory_symlink("usr/bin", root + "/bin");
+  fs::create_directories(root + "/fedcba9876543210.42");  // named like another mount's cache
+  std::ofstream(root + "/fedcba9876543210.42/keep") << "not epochfs's";
+  const auto before = list_tree(root);
+  const std::vector<std::string> args = {"--cache-dir", root};
+  {
+    Mount mount(root + "/src", root + "/mnt", args);
+    check_files(mount.path(), root + "/src", 3);
+    wait_for_staging(mount);
+    REQUIRE(::kill(mount.pid(), SIGKILL) == 0);
+    mount.wait_exit();
+    ::umount2(mount.path().c_str(), MNT_DETACH);
+  }
+  CHECK(list_tree(root) != before);  // the dead daemon's directory
+  {
+    Mount mount(root + "/src", root + "/mnt", args);
+    check_files(mount.path(), root + "/src", 3);
+    wait_for_staging(mount);
+    CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+    CHECK(mount.wait_exit() == 0);
+  }
+  CHECK(list_tree(root) == before);
+  CHECK(read_file(root + "/fedcba9876543210.42/keep") == "not epochfs's");
+}
+
 }  // namespace epochfs::test
