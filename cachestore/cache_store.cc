@@ -333,39 +333,44 @@ bool CacheStore::remake_removed_dir() {
   if (!dir_->removed()) {
     return true;  // made again by another thread meanwhile
   }
+  // Every copy went with the directory; they are forgotten before the new directory exists.
+  // Done after it, a copy made in the new directory meanwhile (a staging that found it) would
+  // be forgotten too, counted as lost and left there unaccounted.
+  const size_t lost = forget_ready_copies();
   Status made = dir_->recreate();
   if (!made.is_ok()) {
     log(LogLevel::kWarning, "cache: %s was removed and cannot be made again: %s",
         dir_->path().c_str(), made.to_string().c_str());
     return false;
   }
-  // Every copy went with the directory. Pinned ones are dropped at their last unpin.
-  size_t lost = 0;
-  {
-    MutexLock lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      Entry& e = it->second;
-      if (e.state != State::kReady || e.doomed) {
-        // A copy being made fails at its commit, a removal finds nothing to unlink, and a
-        // doomed copy was counted when it was found missing.
-        ++it;
-        continue;
-      }
-      ++lost;
-      ++counters_.dropped_damaged;
-      if (e.pins > 0) {
-        e.doomed = true;
-        ++it;
-        continue;
-      }
-      policy_->removed(it->first);
-      used_bytes_ -= e.charge;
-      it = entries_.erase(it);
-    }
-  }
   log(LogLevel::kWarning, "cache: %s was removed while mounted, with %zu copies; made it again",
       dir_->path().c_str(), lost);
   return true;
+}
+
+size_t CacheStore::forget_ready_copies() {
+  size_t lost = 0;
+  MutexLock lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    if (e.state != State::kReady || e.doomed) {
+      // A copy being made fails at its commit, a removal finds nothing to unlink, and a
+      // doomed copy was counted when it was found missing.
+      ++it;
+      continue;
+    }
+    ++lost;
+    ++counters_.dropped_damaged;
+    if (e.pins > 0) {
+      e.doomed = true;  // dropped at its last unpin
+      ++it;
+      continue;
+    }
+    policy_->removed(it->first);
+    used_bytes_ -= e.charge;
+    it = entries_.erase(it);
+  }
+  return lost;
 }
 
 std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path,

@@ -213,6 +213,8 @@ class CacheStore {
   // After an ENOENT: if this mount's directory was deleted underneath, makes it again and
   // forgets the copies that went with it. True if staging may be tried again.
   bool remake_removed_dir();
+  // Forgets every ready copy (their directory is gone), counted as damaged; returns how many.
+  size_t forget_ready_copies() EXCLUDES(mu_);
   bool staging_suspended();
   void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);

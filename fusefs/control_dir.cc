@@ -230,7 +230,7 @@ void data_path_fields(std::ostringstream& out, bool implicit_opens) {
 }
 
 std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid,
-                       bool implicit_opens) {
+                       uint64_t inodes, bool implicit_opens) {
   std::ostringstream out;
   JsonObject o(out, 0);
   o.field("format", uint64_t{1});
@@ -246,6 +246,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("source_stats_ahead", s.stats_ahead);
   o.field("lookups_answered_ahead", s.fresh_lookups);
   o.field("files_known", s.files_known);
+  o.field("inodes", inodes);
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
   o.field("waits_abandoned", s.waits_abandoned);

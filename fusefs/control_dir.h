@@ -63,8 +63,9 @@ inline bool is_control_file(InodeId id) {
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 
 // implicit_opens: the mount runs with --data-path no-open.
+// inodes: the entries the kernel holds references to now.
 std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid,
-                       bool implicit_opens = false);
+                       uint64_t inodes, bool implicit_opens = false);
 
 // The Prometheus text served as .epochfs/metrics and written to --metrics-file.
 std::string metrics_document(const prefetch::EngineStats& stats);

@@ -155,7 +155,8 @@ Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
 
 std::string Filesystem::control_content(InodeId id) {
   if (id == kStatsFileId) {
-    return stats_json(engine_.stats(), source_.path(), ::getpid(), options_.implicit_opens);
+    return stats_json(engine_.stats(), source_.path(), ::getpid(), inodes_.size(),
+                      options_.implicit_opens);
   }
   if (id == kMetricsFileId) {
     return metrics();

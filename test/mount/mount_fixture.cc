@@ -325,6 +325,17 @@ void write_files(const std::string& root, int count, uint64_t size, uint32_t ver
   }
 }
 
+double rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      return std::stod(line.substr(6));
+    }
+  }
+  return -1;
+}
+
 void check_same(const std::string& a, const std::string& b) {
   INFO(a);
   auto x = tools::file_digest(a);

@@ -135,6 +135,9 @@ bool is_mounted(const std::string& path);
 // Reads a whole file; nullopt on error (errno kept).
 std::optional<std::string> read_file(const std::string& path);
 
+// The resident memory of process pid in KiB (VmRSS), -1 if unknown.
+double rss_kib(pid_t pid);
+
 // A number in the mount's .epochfs/stats (a failed check if absent).
 double stat_of(const Mount& mount, const std::string& key);
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -374,6 +375,65 @@ TEST_CASE("a file deleted in the source reads as missing, not as empty", "[mount
   errno = 0;
   CHECK_FALSE(read_file(mount / "f").has_value());
   CHECK(errno == ENOENT);
+}
+
+TEST_CASE("a hundred thousand files in one directory list as the source, and are forgotten",
+          "[mount][metadata]") {
+  // RELIABILITY.md L5 at CI size: a flat directory of 100,000 files and a tree of 100 x 100,
+  // listed and stat'ed through the mount (find, ls -f); then the kernel forgets them all
+  // (drop_caches 2, a FORGET storm). The listings equal the source's; the daemon's live
+  // inodes fall back to about none, and its memory does not grow past its peak.
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const std::string src = dir / "src";
+  constexpr int kFlat = 100000;
+  fs::create_directories(src + "/flat");
+  for (int i = 0; i < kFlat; ++i) {
+    cachestore::UniqueFd fd(::open((src + "/flat/file-" + std::to_string(i)).c_str(),
+                                   O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    REQUIRE(fd.valid());
+  }
+  for (int d = 0; d < 100; ++d) {
+    const std::string sub = src + "/tree/d" + std::to_string(d);
+    fs::create_directories(sub);
+    for (int i = 0; i < 100; ++i) {
+      std::ofstream(sub + "/f" + std::to_string(i)) << i;
+    }
+  }
+  Mount mount(src, dir / "mnt");
+  const double baseline = rss_kib(mount.pid());
+  const auto walk = [](const std::string& root) {
+    std::vector<std::string> out;
+    for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
+         ++it) {
+      struct stat st;
+      REQUIRE(::lstat(it->path().c_str(), &st) == 0);
+      out.push_back(fs::relative(it->path(), root).string() + " " + std::to_string(st.st_size));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  CHECK(walk(mount.path()) == walk(src));
+  const auto find = run_command({"sh", "-c", "find '" + mount.path() + "' -type f | wc -l"});
+  CHECK(std::stoi(find.output) == kFlat + 100 * 100);
+  const auto ls = run_command({"sh", "-c", "ls -f '" + mount.path() + "/flat' | wc -l"});
+  CHECK(std::stoi(ls.output) == kFlat + 2);  // with . and ..
+  const double live = stat_of(mount, "inodes");
+  const double peak = rss_kib(mount.pid());
+  CHECK(live >= kFlat);
+
+  std::ofstream("/proc/sys/vm/drop_caches") << "2";
+  double after = live;
+  for (int i = 0; i < 200 && after > 1000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = stat_of(mount, "inodes");
+  }
+  const double rss_after = rss_kib(mount.pid());
+  WARN("live inodes " << live << " after the walk, " << after << " after the kernel forgot them;"
+                      << " daemon RSS " << baseline << " KiB at mount, " << peak
+                      << " KiB after the walk, " << rss_after << " KiB after forgetting");
+  CHECK(after < 1000);
+  CHECK(rss_after <= peak * 1.05);
 }
 
 }  // namespace epochfs::test

@@ -7,13 +7,17 @@ in :mod:`epochfs.torch`.
 
 Every order is written with a ``#count`` header: the daemon publishes it when the file is
 closed, and refuses it whole if fewer lines arrived (a writer killed mid-file never publishes
-a truncated order).
+a truncated order). Orders are streamed: a sequence of any length, or a generator (spooled to
+a temporary file to count it first), is written in pieces of about 1 MiB.
 """
 
 import errno
 import itertools
 import json
+import numbers
+import operator
 import os
+import tempfile
 
 __all__ = [
     "PublishError",
@@ -26,6 +30,8 @@ __all__ = [
 
 _CONTROL = ".epochfs"
 _counter = itertools.count()
+_CHUNK = 1 << 20  # bytes written per write() call
+_NOTHING = object()
 
 
 class PublishError(OSError):
@@ -68,26 +74,31 @@ def set_manifest(mount, paths):
     relative).
     """
     root = _root(mount)
-    lines = [_relative(root, p) for p in paths]
-    _write(root, "manifest", _header(count=len(lines)), lines)
+    lines, count = _counted((_relative(root, p) for p in paths), paths)
+    _write(root, "manifest", _header(count=count), lines)
 
 
 def publish(mount, order, *, epoch=None, stream=None):
     """Publishes one epoch's order.
 
-    ``order`` is a sequence of paths (relative to the mount's root, or absolute inside it)
-    or of integer indices into the manifest (:func:`set_manifest`), in the order the trainer
-    will read them. ``epoch`` defaults to one past the stream's newest; ``stream`` names the
-    reader (one per rank), ``"default"`` if None. Raises :class:`PublishError` when the
-    daemon refuses the order.
+    ``order`` is an iterable of paths (``str``, ``bytes`` or path-like; relative to the
+    mount's root, or absolute inside it) or of integer indices into the manifest
+    (:func:`set_manifest`; ``int`` or numpy integers), in the order the trainer will read
+    them. Its first item decides which. ``epoch`` defaults to one past the stream's newest;
+    ``stream`` names the reader (one per rank), ``"default"`` if None. Raises
+    :class:`PublishError` when the daemon refuses the order, ``ValueError`` for an order that
+    mixes indices and paths or a path with a line break.
     """
     root = _root(mount)
-    order = list(order)
-    if order and all(isinstance(i, int) and not isinstance(i, bool) for i in order):
-        form, lines = "indices", [str(i) for i in order]
+    items = iter(order)
+    first = next(items, _NOTHING)
+    items = itertools.chain([] if first is _NOTHING else [first], items)
+    if _is_index(first):
+        form, lines = "indices", (_index_line(i) for i in items)
     else:
-        form, lines = "paths", [_relative(root, p) for p in order]
-    header = _header(form=form, epoch=epoch, stream=stream, count=len(lines))
+        form, lines = "paths", (_relative(root, p) for p in items)
+    lines, count = _counted(lines, order)
+    header = _header(form=form, epoch=epoch, stream=stream, count=count)
     _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
 
 
@@ -98,8 +109,38 @@ def _root(mount):
     return root
 
 
+def _is_index(item):
+    # numpy's integer types register as numbers.Integral; bool is an int but not an index.
+    return isinstance(item, numbers.Integral) and not isinstance(item, bool)
+
+
+def _index_line(item):
+    if not _is_index(item):
+        raise ValueError("an order of indices holds a path: %r" % (item,))
+    return str(operator.index(item))
+
+
+def _counted(lines, source):
+    """(lines, count): the count from len(source), else by spooling the lines to a file."""
+    try:
+        return lines, len(source)
+    except TypeError:
+        pass
+    spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape")
+    count = 0
+    for line in lines:
+        spool.write(line + "\n")
+        count += 1
+    spool.seek(0)
+    return (line[:-1] for line in spool), count
+
+
 def _relative(root, path):
-    path = os.fspath(path)
+    if _is_index(path):
+        raise ValueError("an order of paths holds an index: %r" % (path,))
+    # Names that are not UTF-8 arrive as surrogate escapes (os.listdir) or bytes; they are
+    # written as the bytes they stand for, and the daemon skips such an entry, counted.
+    path = os.fsdecode(os.fspath(path))
     if os.path.isabs(path):
         path = os.path.relpath(path, root)
     if "\n" in path or "\r" in path:
@@ -122,15 +163,22 @@ def _header(form=None, epoch=None, stream=None, count=None):
 
 def _write(root, name, header, lines):
     """Writes one file into the control directory; fsync (or the close) publishes it."""
-    text = "\n".join(itertools.chain(header, lines)) + "\n"
     path = os.path.join(root, _CONTROL, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        data = memoryview(text.encode("utf-8"))
-        while data:
-            data = data[os.write(fd, data):]
+        piece, size = [], 0
+        for line in itertools.chain(header, lines):
+            piece.append(line)
+            size += len(line) + 1
+            if size >= _CHUNK:
+                _write_all(fd, piece)
+                piece, size = [], 0
+        _write_all(fd, piece)
     except BaseException:
-        os.close(fd)
+        try:
+            os.close(fd)  # the daemon refuses what was written: short of its #count
+        except OSError:
+            pass
         raise
     # fsync publishes and reports a refusal; the close would too, but with
     # --data-path no-open a close does not reach the daemon.
@@ -146,6 +194,14 @@ def _write(root, name, header, lines):
         os.close(fd)
     except OSError as e:
         raise _refused(root, e, path) from None
+
+
+def _write_all(fd, lines):
+    if not lines:
+        return
+    data = memoryview(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _refused(root, error, path):
