@@ -411,6 +411,8 @@ TEST_CASE("source directories renamed and replaced under readers and prefetch", 
       fs::rename(src + "/d0", src + "/d0x");
       fs::rename(src + "/d0x", src + "/d0");
       renames += 2;
+      // Back in place for a moment each time: unthrottled, a slow build (TSan) saw only ENOENT.
+      std::this_thread::sleep_for(milliseconds(1));
     }
   });
   uint64_t right = 0;

@@ -302,28 +302,6 @@ TEST_CASE("directives and epochs through the control directory do as documented"
 
 namespace {
 
-// Writes text into <mount>/.epochfs/name in the pieces cut at `cuts` (offsets, ascending) and
-// closes it; returns the errno of the first failed write or of the close (0: published).
-int publish_in_pieces(const Mount& mount, const std::string& text, std::vector<size_t> cuts,
-                      const std::string& name = "order") {
-  cachestore::UniqueFd fd(::open((mount / (".epochfs/" + name)).c_str(),
-                                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  REQUIRE(fd.valid());
-  cuts.push_back(text.size());
-  size_t from = 0;
-  int err = 0;
-  for (const size_t to : cuts) {
-    if (err == 0 && to > from && ::write(fd.get(), text.data() + from, to - from) < 0) {
-      err = errno;
-    }
-    from = std::max(from, to);
-  }
-  if (::close(fd.release()) != 0 && err == 0) {
-    err = errno;
-  }
-  return err;
-}
-
 // Every offset from 1 to n - 1: one byte per write.
 std::vector<size_t> every_byte(size_t n) {
   std::vector<size_t> cuts;
@@ -373,7 +351,7 @@ TEST_CASE("control files publish the same order however they are written", "[mou
   const size_t multibyte = small.find("\xc3\xa9");  // é
   for (const auto& cuts : {every_byte(small.size()), std::vector<size_t>{crlf + 1},
                            std::vector<size_t>{multibyte + 1}, std::vector<size_t>{3, 4, 5}}) {
-    CHECK(publish_in_pieces(mount, small, cuts) == 0);
+    CHECK(publish(mount, small, "order", cuts) == 0);
     CHECK(last_verdict(mount) == whole);
     CHECK(rejected_examples(mount) == examples);
   }
@@ -390,7 +368,7 @@ TEST_CASE("control files publish the same order however they are written", "[mou
   for (size_t at = 128 * 1024; at < big.size(); at += 128 * 1024) {
     chunks.push_back(at);
   }
-  CHECK(publish_in_pieces(mount, big, chunks) == 0);
+  CHECK(publish(mount, big, "order", chunks) == 0);
   CHECK(last_verdict(mount) == big_whole);
   CHECK(stat_of(mount, "prefetch.publish_failures") == 0);
 }

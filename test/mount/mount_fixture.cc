@@ -294,15 +294,22 @@ double stat_of(const Mount& mount, const std::string& key) {
   return *v;
 }
 
-int publish(const Mount& mount, const std::string& text, const std::string& name) {
+int publish(const Mount& mount, const std::string& text, const std::string& name,
+            std::vector<size_t> cuts) {
   const std::string path = mount / (".epochfs/" + name);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return errno;
   }
   int err = 0;
-  if (!text.empty() && ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    err = errno;
+  cuts.push_back(text.size());
+  size_t from = 0;
+  for (const size_t to : cuts) {
+    if (err == 0 && to > from &&
+        ::write(fd, text.data() + from, to - from) != static_cast<ssize_t>(to - from)) {
+      err = errno;
+    }
+    from = std::max(from, to);
   }
   if (::close(fd) != 0 && err == 0) {
     err = errno;

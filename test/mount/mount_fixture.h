@@ -141,9 +141,11 @@ double rss_kib(pid_t pid);
 // A number in the mount's .epochfs/stats (a failed check if absent).
 double stat_of(const Mount& mount, const std::string& key);
 
-// Writes text into <mount>/.epochfs/name and closes it; the errno of the write or the close
-// (0 when the order was published).
-int publish(const Mount& mount, const std::string& text, const std::string& name = "order");
+// Writes text into <mount>/.epochfs/name and closes it; the errno of the first failed write or
+// of the close (0 when the order was published). With cuts (ascending offsets), one write()
+// per piece between them.
+int publish(const Mount& mount, const std::string& text, const std::string& name = "order",
+            std::vector<size_t> cuts = {});
 
 // Waits until the mount has no copy queued or running (staging is asynchronous).
 void wait_for_staging(const Mount& mount);
