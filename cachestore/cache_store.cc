@@ -66,6 +66,10 @@ Staging& Staging::operator=(Staging&& other) noexcept {
   return *this;
 }
 
+DiskWatch::Op Staging::watch_io() const {
+  return store_ != nullptr ? store_->watch_io() : DiskWatch::Op();
+}
+
 // --- CacheStore ------------------------------------------------------------------------------
 
 Result<std::unique_ptr<CacheStore>> CacheStore::open(const CacheOptions& options,
@@ -88,7 +92,10 @@ Result<std::unique_ptr<CacheStore>> CacheStore::open(const CacheOptions& options
 
 CacheStore::CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> dir,
                        std::unique_ptr<EvictionPolicy> policy, uint64_t block_bytes)
-    : options_(options), dir_(std::move(dir)), block_bytes_(block_bytes) {
+    : options_(options),
+      dir_(std::move(dir)),
+      block_bytes_(block_bytes),
+      watch_(static_cast<int64_t>(options.stuck_io_s * 1e9)) {
   MutexLock lock(mu_);
   policy_ = std::move(policy);
 }
@@ -222,7 +229,39 @@ uint64_t CacheStore::effective_capacity() {
   return std::min(options_.capacity_bytes, used + room);
 }
 
+bool CacheStore::disk_hung() {
+  const bool hung = watch_.hung();
+  if (hung != hung_logged_.exchange(hung)) {
+    if (hung) {
+      log(LogLevel::kWarning,
+          "cache: a call on the cache disk has not returned for %.0f s; serving from the source "
+          "and pausing staging until it does (%s)",
+          options_.stuck_io_s, dir_->path().c_str());
+    } else {
+      log(LogLevel::kInfo, "cache: the cache disk answers again (%s)", dir_->path().c_str());
+    }
+  }
+  return hung;
+}
+
+bool CacheStore::bypass_hung_disk(FileId id) {
+  if (!disk_hung()) {
+    return false;
+  }
+  MutexLock lock(mu_);
+  auto it = entries_.find(id);
+  if (it != entries_.end() && it->second.state == State::kReady && !it->second.doomed) {
+    ++counters_.hung_disk_bypasses;
+  }
+  return true;
+}
+
 bool CacheStore::staging_suspended() {
+  if (disk_hung()) {
+    MutexLock lock(mu_);
+    ++counters_.skipped_suspended;
+    return true;
+  }
   {
     MutexLock lock(mu_);
     if (suspended_until_ns_ == 0) {
@@ -499,16 +538,21 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   }
   // The copy must still be what we wrote: present and of the right size. The content hash is
   // recorded at staging but not re-read here: that would read every hit twice.
-  UniqueFd fd = open_object(name);
-  if (!fd.valid() && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
-    // Out of descriptors or memory: the daemon's state, not the copy's. The copy stays.
-    log(LogLevel::kWarning, "cache: cannot open copy %s now: %s", name.c_str(), strerror(errno));
-    unpin(id);
-    return std::nullopt;
-  }
+  UniqueFd fd;
   struct stat st;
-  if (fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size) &&
-      verify_copy(id, fd.get())) {
+  bool present;
+  {
+    const DiskWatch::Op op = watch_.begin();
+    fd = open_object(name);
+    if (!fd.valid() && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+      // Out of descriptors or memory: the daemon's state, not the copy's. The copy stays.
+      log(LogLevel::kWarning, "cache: cannot open copy %s now: %s", name.c_str(), strerror(errno));
+      unpin(id);
+      return std::nullopt;
+    }
+    present = fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size);
+  }
+  if (present && verify_copy(id, fd.get())) {
     return fd;
   }
   log(LogLevel::kWarning, "cache: copy %s is missing or damaged; refetching", name.c_str());
@@ -681,6 +725,7 @@ Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
                            const std::function<void()>& progress) {
   *cache_fault = false;
   return hash_chunks(source_fd, staging.size(), [&](const char* data, size_t len) {
+    const DiskWatch::Op op = staging.watch_io();
     Status written = write_all(staging.fd(), std::string_view(data, len), "cache copy");
     *cache_fault = !written.is_ok();
     if (written.is_ok() && progress) {

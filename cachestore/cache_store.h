@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cachestore/cache_dir.h"
+#include "cachestore/disk_watch.h"
 #include "cachestore/eviction_policy.h"
 #include "cachestore/file_version.h"
 #include "cachestore/status.h"
@@ -57,6 +58,7 @@ struct CacheOptions {
   uint64_t capacity_bytes = UINT64_MAX;  // --cache-size
   double reserve_fraction = 0.05;        // --cache-reserve: free space kept on the cache fs
   bool keep = false;                     // --keep-cache: keep copies for the next mount
+  double stuck_io_s = 2.0;               // a call on the cache disk this old: the disk hangs
 };
 
 // A copy kept by an earlier mount (--keep-cache), as its index recorded it.
@@ -79,11 +81,12 @@ struct CacheStats {
   uint64_t evictions = 0;
   uint64_t dropped_stale = 0;
   uint64_t dropped_damaged = 0;
-  uint64_t skipped_no_room = 0;    // staging refused: everything pinned or too big
-  uint64_t bypassed = 0;           // staging refused: needed later than anything cached
-  uint64_t skipped_suspended = 0;  // staging refused: suspended after a cache-disk fault
-  uint64_t errors_no_space = 0;    // ENOSPC, EDQUOT
-  uint64_t errors_io = 0;          // EIO, EROFS and any other cache-disk error
+  uint64_t skipped_no_room = 0;     // staging refused: everything pinned or too big
+  uint64_t bypassed = 0;            // staging refused: needed later than anything cached
+  uint64_t skipped_suspended = 0;   // staging refused: suspended after a cache-disk fault
+  uint64_t hung_disk_bypasses = 0;  // opens of ready copies served from the source: disk hung
+  uint64_t errors_no_space = 0;     // ENOSPC, EDQUOT
+  uint64_t errors_io = 0;           // EIO, EROFS and any other cache-disk error
 };
 
 // What a verification of every copy found.
@@ -111,6 +114,9 @@ class Staging {
   int fd() const { return fd_.get(); }
 
   uint64_t size() const { return size_; }
+
+  // Watches one call on the cache disk made for this copy (see DiskWatch).
+  DiskWatch::Op watch_io() const;
 
  private:
   friend class CacheStore;
@@ -142,6 +148,14 @@ class CacheStore {
   // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
   std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
   void unpin(FileId id);
+
+  // Whether an open of id should skip the cache because a call on the cache disk has been
+  // stuck for stuck_io_s (see DiskWatch): the reader then reads the source. Counts the opens
+  // that would have been hits.
+  bool bypass_hung_disk(FileId id);
+
+  // Watches one call on the cache disk made outside the store (a read of an open copy).
+  DiskWatch::Op watch_io() { return watch_.begin(); }
 
   // Starts a copy of id (source path `path`, `size` bytes): reserves capacity, evicting
   // unpinned files if needed, and creates the temporary file. nullopt if id is already cached
@@ -216,6 +230,8 @@ class CacheStore {
   // Forgets every ready copy (their directory is gone), counted as damaged; returns how many.
   size_t forget_ready_copies() EXCLUDES(mu_);
   bool staging_suspended();
+  // DiskWatch's verdict; logs when it changes.
+  bool disk_hung();
   void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);
   UniqueFd open_object(const std::string& name) const;
@@ -226,6 +242,8 @@ class CacheStore {
   const CacheOptions options_;
   const std::unique_ptr<CacheDir> dir_;
   const uint64_t block_bytes_;
+  DiskWatch watch_;
+  std::atomic<bool> hung_logged_{false};
 
   // Mutable state.
   mutable Mutex mu_;

@@ -121,6 +121,7 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("skipped_no_room", c.skipped_no_room);
   o.field("bypassed", c.bypassed);
   o.field("skipped_suspended", c.skipped_suspended);
+  o.field("hung_disk_bypasses", c.hung_disk_bypasses);
   o.field("errors_no_space", c.errors_no_space);
   o.field("errors_io", c.errors_io);
   o.close();

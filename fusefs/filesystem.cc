@@ -211,7 +211,7 @@ std::string Filesystem::metrics() const { return metrics_document(engine_.stats(
 
 void Filesystem::release(FileHandle* file) {
   if (file->upload) {
-    (void)flush(*file);  // a writer that never flushed (killed) still gets its verdict logged
+    (void)sync(*file);  // a writer that never flushed (killed) still gets its verdict logged
   } else {
     engine_.close_file(file->file);
   }
@@ -246,13 +246,37 @@ Status Filesystem::write(FileHandle& file, uint64_t offset, std::string_view dat
   return file.upload->write(offset, data);
 }
 
+namespace {
+
+// Publishes file's upload (with its upload_mu held): EINVAL if the order was refused.
+Status publish_upload(FileHandle& file) {
+  const auto& report = file.upload->finish();
+  return report.ok ? Status::ok() : Status::error(EINVAL, "publish: " + report.message);
+}
+
+}  // namespace
+
 Status Filesystem::flush(FileHandle& file) {
   if (!file.upload) {
     return Status::ok();
   }
   cachestore::MutexLock lock(file.upload_mu);
-  const auto& report = file.upload->finish();
-  return report.ok ? Status::ok() : Status::error(EINVAL, "publish: " + report.message);
+  // A shell redirection (`echo f0 > .epochfs/order`) opens the file, moves the descriptor onto
+  // stdout and closes the one it opened before any byte is written. Publishing at that close
+  // would refuse an empty order and turn the writes away; an empty upload is published at
+  // release instead, so a truly empty order is refused without an error in its close.
+  if (file.upload->bytes_received() == 0) {
+    return Status::ok();
+  }
+  return publish_upload(file);
+}
+
+Status Filesystem::sync(FileHandle& file) {
+  if (!file.upload) {
+    return Status::ok();
+  }
+  cachestore::MutexLock lock(file.upload_mu);
+  return publish_upload(file);
 }
 
 Status Filesystem::read_source_instead(FileHandle& file) {

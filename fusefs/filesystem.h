@@ -135,14 +135,21 @@ class Filesystem {
   cachestore::Result<CreateResult> create(InodeId parent, std::string_view name);
   // Data written to an upload; EROFS for any other file.
   cachestore::Status write(FileHandle& file, uint64_t offset, std::string_view data);
-  // The writer closed the file: an upload is published now; EINVAL if it was refused (cut
-  // short, no usable entries), with the reason in the log and in stats.
+  // The writer closed one of its descriptors: an upload with bytes in it is published now;
+  // EINVAL if it was refused (cut short, no usable entries), with the reason in the log and in
+  // stats. An upload with no bytes yet waits (see the definition).
   cachestore::Status flush(FileHandle& file);
+  // The writer synced the file, or closed its last descriptor: an upload is published now,
+  // empty or not; EINVAL if it was refused.
+  cachestore::Status sync(FileHandle& file);
   // A read of file's cached copy failed: switches the handle to the source at the same
   // version (once; later calls find it done). An error if that cannot be done.
   cachestore::Status read_source_instead(FileHandle& file);
   // size bytes at offset were requested from file; counts what was served.
   void count_read(const FileHandle& file, uint64_t size, uint64_t offset);
+
+  // Watches one read of a cached copy (a cache disk that stops answering is noticed).
+  cachestore::DiskWatch::Op watch_copy_read() { return engine_.watch_copy_read(); }
   cachestore::Result<struct statvfs> statfs() const;
   cachestore::Result<size_t> getxattr(InodeId id, const char* name, char* buf, size_t size) const;
   cachestore::Result<size_t> listxattr(InodeId id, char* buf, size_t size) const;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -430,7 +431,9 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
     return;
   }
   fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
+  std::optional<cachestore::DiskWatch::Op> watch;
   if (file.reading_copy.load(std::memory_order_acquire)) {
+    watch.emplace(fs_of(req).watch_copy_read());
     const CopyRead r = reply_from_copy(req, file, size, off);
     if (r == CopyRead::kSent) {
       return;
@@ -442,6 +445,7 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
         reply_status(req, switched);
         return;
       }
+      watch.reset();  // from here the source is read
     }
   }
   buf.buf[0].fd = file.read_fd.load(std::memory_order_acquire);
@@ -526,7 +530,7 @@ void op_fsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_in
     fuse_reply_err(req, 0);
     return;
   }
-  reply_status(req, fs_of(req).flush(*file_of(fi)));
+  reply_status(req, fs_of(req).sync(*file_of(fi)));
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

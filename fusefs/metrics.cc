@@ -115,6 +115,9 @@ void cache_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.sample(d(c.skipped_no_room), "{reason=\"no_room\"}");
   e.sample(d(c.bypassed), "{reason=\"bypassed\"}");
   e.sample(d(c.skipped_suspended), "{reason=\"suspended\"}");
+  e.one("epochfs_hung_disk_bypasses_total", "counter",
+        "Opens of cached files served from the source: a cache-disk call was stuck.",
+        d(c.hung_disk_bypasses));
   e.family("epochfs_copies_dropped_bad_total", "counter", "Copies dropped, by reason.");
   e.sample(d(c.dropped_stale), "{reason=\"stale\"}");
   e.sample(d(c.dropped_damaged), "{reason=\"damaged\"}");

@@ -158,7 +158,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
   } guard{this, id, &own_flight};
 
   auto version = current_version(id, rel_path);
-  if (version.is_ok()) {
+  if (version.is_ok() && !cache_->bypass_hung_disk(id)) {
     auto fd = cache_->open_copy(id, version.value());
     // Claiming the flight before opening the source closes the window in which a prefetch of
     // the same file could start: the source sees one open per file.
@@ -443,6 +443,10 @@ void Engine::count_read(const OpenFile& file, uint64_t bytes) {
   if (!file.from_cache && file.stream >= 0) {
     planner_->count_source_bytes(static_cast<size_t>(file.stream), bytes);
   }
+}
+
+cachestore::DiskWatch::Op Engine::watch_copy_read() {
+  return cache_ ? cache_->watch_io() : cachestore::DiskWatch::Op();
 }
 
 cachestore::VerifyReport Engine::verify_cache() {

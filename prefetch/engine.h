@@ -151,6 +151,10 @@ class Engine final : public PrefetchSink {
   // Checks every cached copy against its recorded hash (epochfs verify). Slow: reads the cache.
   cachestore::VerifyReport verify_cache();
 
+  // Watches one read of an open cached copy, so that a cache disk that stops answering sends
+  // later opens to the source (see cachestore::DiskWatch).
+  cachestore::DiskWatch::Op watch_copy_read();
+
  private:
   cachestore::Result<cachestore::FileVersion> current_version(FileId id,
                                                               const std::string& rel_path);

@@ -37,6 +37,9 @@ class OrderUpload {
 
   bool finished() const { return report_.has_value(); }
 
+  // Bytes written so far.
+  uint64_t bytes_received() const { return next_offset_; }
+
  private:
   void add_entry(std::string_view entry, uint64_t line);
 

@@ -388,6 +388,74 @@ TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
   CHECK(took < 20);
 }
 
+TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[mount][faults]") {
+  // RELIABILITY.md C8, the other half: every file is cached, then the cache disk stops
+  // answering reads. The first reader is stuck with the disk (its read is already there);
+  // every open after the stuck read is 2 s old must be served from the source, with the right
+  // bytes, and once the disk answers again the copies serve hits again: the cache is not
+  // turned off for good. Readers are child processes, so a stuck one cannot hold up the test.
+  TempDir dir;
+  constexpr int kFiles = 10;
+  write_files(dir / "data", kFiles, kSize);
+  fs::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()});
+  std::string order;
+  for (int i = 0; i < kFiles; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  REQUIRE(publish(mount, order) == 0);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == kFiles);
+  const auto read_right = [&](int from, int to) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (int i = from; i < to; ++i) {
+        const std::string name = "/f" + std::to_string(i);
+        const auto a = tools::file_digest(dir / "mnt" + name);
+        const auto b = tools::file_digest(dir / "data" + name);
+        if (!a.is_ok() || !b.is_ok() || a.value() != b.value()) {
+          _exit(1);
+        }
+      }
+      _exit(0);
+    }
+    return pid;
+  };
+  const auto reap = [](pid_t pid, std::optional<int> code) {
+    if (!code) {
+      ::kill(pid, SIGKILL);
+      (void)tools::wait_exit(pid, seconds(10));
+    }
+  };
+  disk.set_rules("read /* hang\n");
+  const pid_t stuck = read_right(0, 1);
+  REQUIRE(stuck > 0);
+  std::this_thread::sleep_for(seconds(3));
+  const auto start = Clock::now();
+  const pid_t others = read_right(1, kFiles);
+  const auto others_code = tools::wait_exit(others, seconds(30));
+  const auto took = std::chrono::duration<double>(Clock::now() - start).count();
+  const bool stuck_before_release = !tools::wait_exit(stuck, seconds(0)).has_value();
+  disk.set_rules("");
+  disk.release();
+  const auto stuck_code = tools::wait_exit(stuck, seconds(30));
+  reap(others, others_code);
+  reap(stuck, stuck_code);
+  INFO(read_file(mount / ".epochfs/stats").value_or(""));
+  REQUIRE(others_code.has_value());
+  CHECK(*others_code == 0);
+  CHECK(took < 10);
+  CHECK(stuck_before_release);  // the hang was real
+  REQUIRE(stuck_code.has_value());
+  CHECK(*stuck_code == 0);
+  CHECK(stat_of(mount, "cache.hung_disk_bypasses") == kFiles - 1);
+  // The disk answers again: the copies serve again.
+  const auto hits = stat_of(mount, "hits");
+  REQUIRE(tools::wait_exit(read_right(1, kFiles), seconds(30)) == std::optional<int>(0));
+  CHECK(stat_of(mount, "hits") == hits + kFiles - 1);
+}
+
 TEST_CASE("source directories renamed and replaced under readers and prefetch", "[mount][faults]") {
   // RELIABILITY.md F9: a directory of the source renamed back and forth while readers and
   // prefetch go through it, then replaced by a file of the same name and by a directory with
