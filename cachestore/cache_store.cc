@@ -231,7 +231,8 @@ uint64_t CacheStore::effective_capacity() {
 
 bool CacheStore::disk_hung() {
   const bool hung = watch_.hung();
-  if (hung != hung_logged_.exchange(hung)) {
+  // Read first: every open comes here, and an exchange each time would bounce the line.
+  if (hung != hung_logged_.load(std::memory_order_relaxed) && hung != hung_logged_.exchange(hung)) {
     if (hung) {
       log(LogLevel::kWarning,
           "cache: a call on the cache disk has not returned for %.0f s; serving from the source "

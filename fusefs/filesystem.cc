@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include "cachestore/log.h"
@@ -89,6 +90,12 @@ void Filesystem::forget(InodeId id, uint64_t n) {
   if (!inodes_.forget(id, n)) {
     cachestore::log(cachestore::LogLevel::kWarning, "forget of unknown inode %llu",
                     static_cast<unsigned long long>(id));
+  }
+}
+
+void Filesystem::forgotten() {
+  if (inodes_.shrink_if_mostly_forgotten()) {
+    malloc_trim(0);
   }
 }
 

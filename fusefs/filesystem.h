@@ -107,6 +107,9 @@ class Filesystem {
   // Looks name up in parent; on success the kernel holds one more reference to the result.
   cachestore::Result<Entry> lookup(InodeId parent, std::string_view name);
   void forget(InodeId id, uint64_t n);
+  // A batch of forgets is done: when the kernel has let go of most of what it held, returns
+  // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).
+  void forgotten();
   cachestore::Result<struct stat> getattr(InodeId id);
   cachestore::Result<std::string> readlink(InodeId id) const;
   // Handles returned by opendir and open stay owned by the Filesystem until releasedir and

@@ -122,7 +122,9 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  fs_of(req).forget(ino, nlookup);
+  Filesystem& fs = fs_of(req);
+  fs.forget(ino, nlookup);
+  fs.forgotten();
   fuse_reply_none(req);
 }
 
@@ -131,6 +133,7 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   for (size_t i = 0; i < count; ++i) {
     fs.forget(forgets[i].ino, forgets[i].nlookup);
   }
+  fs.forgotten();
   fuse_reply_none(req);
 }
 

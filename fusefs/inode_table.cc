@@ -1,5 +1,7 @@
 #include "fusefs/inode_table.h"
 
+#include <algorithm>
+
 namespace epochfs::fusefs {
 
 using cachestore::MutexLock;
@@ -27,6 +29,7 @@ InodeId InodeTable::add_reference(const struct stat& st, const std::string& path
   }
   if (inserted) {
     by_id_.emplace(next_id_, Inode{key, path, 1, {}});
+    peak_ = std::max(peak_, by_id_.size());
     return next_id_++;
   }
   Inode& inode = by_id_.at(it->second);
@@ -73,6 +76,19 @@ bool InodeTable::note_version(InodeId id, const FileVersion& version) {
   const bool unchanged = it->second.version == version;
   it->second.version = version;
   return unchanged;
+}
+
+bool InodeTable::shrink_if_mostly_forgotten() {
+  // Below this, what a shrink gives back is not worth a malloc_trim.
+  constexpr size_t kWorthShrinking = 4096;
+  MutexLock lock(mu_);
+  if (peak_ < kWorthShrinking || by_id_.size() >= peak_ / 4) {
+    return false;
+  }
+  by_id_.rehash(0);
+  by_key_.rehash(0);
+  peak_ = by_id_.size();
+  return true;
 }
 
 size_t InodeTable::size() const {

@@ -56,6 +56,12 @@ class InodeTable {
 
   size_t size() const;
 
+  // After the kernel has forgotten most of the entries it once held (a walk of a huge tree
+  // done, memory pressure, drop_caches): gives the tables' spare buckets back and returns true,
+  // once per fall below a quarter of the peak, so that the caller can return freed memory to
+  // the system. False otherwise.
+  bool shrink_if_mostly_forgotten();
+
   // The kernel's reference count for id (0 if unknown). For tests.
   uint64_t lookup_count(InodeId id) const;
 
@@ -81,6 +87,7 @@ class InodeTable {
   std::unordered_map<InodeId, Inode> by_id_ GUARDED_BY(mu_);
   std::unordered_map<Key, InodeId, KeyHash> by_key_ GUARDED_BY(mu_);
   InodeId next_id_ GUARDED_BY(mu_) = kRootInodeId + 1;
+  size_t peak_ GUARDED_BY(mu_) = 0;  // most entries held since the last shrink
   const Key root_key_;
 };
 

@@ -1,5 +1,8 @@
 #include "fusefs/inode_table.h"
 
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 namespace epochfs::fusefs {
@@ -100,6 +103,26 @@ TEST_CASE("a file changed since it was opened gets a new node", "[inode_table]")
   CHECK_FALSE(table.path_of(a).has_value());
   CHECK(table.add_reference(st, "a") == b);
   CHECK(table.lookup_count(b) == 2);
+}
+
+TEST_CASE("a table the kernel mostly let go of shrinks once per fall", "[inode_table]") {
+  InodeTable table(make_stat(2));
+  std::vector<InodeId> ids;
+  for (ino_t ino = 10; ino < 10010; ++ino) {
+    ids.push_back(table.add_reference(make_stat(ino), "f" + std::to_string(ino)));
+  }
+  CHECK_FALSE(table.shrink_if_mostly_forgotten());  // all still held
+  for (size_t i = 0; i < 7000; ++i) {
+    table.forget(ids[i], 1);
+  }
+  CHECK_FALSE(table.shrink_if_mostly_forgotten());  // 3,001 of 10,001: not below a quarter
+  for (size_t i = 7000; i < 9000; ++i) {
+    table.forget(ids[i], 1);
+  }
+  CHECK(table.shrink_if_mostly_forgotten());
+  CHECK_FALSE(table.shrink_if_mostly_forgotten());  // once per fall
+  CHECK(table.size() == 1001);
+  CHECK(table.path_of(ids[9500]) == "f9510");  // what is held is kept
 }
 
 }  // namespace epochfs::fusefs

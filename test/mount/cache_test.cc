@@ -276,8 +276,17 @@ namespace {
 // fio over 4 files of 8 MiB in dir, each 4 KiB block carrying an xxhash verify header.
 CommandResult fio(const std::string& dir, const std::string& rw, bool write) {
   std::vector<std::string> args = {
-      "fio",       "--name=p4",   "--directory=" + dir, "--rw=" + rw,       "--bs=4k",
-      "--size=8M", "--nrfiles=4", "--verify=xxhash",    "--ioengine=psync", "--randseed=7"};
+      "fio",
+      "--name=p4",
+      "--directory=" + dir,
+      "--rw=" + rw,
+      "--bs=4k",
+      "--size=8M",
+      "--nrfiles=4",
+      "--verify=xxhash",
+      "--ioengine=psync",
+      "--randseed=7",
+      "--verify_state_save=0"};  // else fio leaves local-p4-0-verify.state in the cwd
   args.push_back(write ? "--do_verify=0" : "--readonly");
   return run_command(args);
 }

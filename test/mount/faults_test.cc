@@ -459,7 +459,7 @@ TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[moun
 TEST_CASE("source directories renamed and replaced under readers and prefetch", "[mount][faults]") {
   // RELIABILITY.md F9: a directory of the source renamed back and forth while readers and
   // prefetch go through it, then replaced by a file of the same name and by a directory with
-  // new files. Reads give the right bytes or ENOENT/ENOTDIR, never another file's or an old
+  // new files. Reads give the right bytes or ENOENT/ENOTDIR/ESTALE, never another file's or an old
   // version's; once the timeouts have passed, listings match the source.
   TempDir dir;
   constexpr int kFiles = 10;
@@ -492,7 +492,11 @@ TEST_CASE("source directories renamed and replaced under readers and prefetch", 
       const std::string name = "/f" + std::to_string(i);
       const auto got = tools::file_digest(mount / ("d0" + name));
       if (!got.is_ok()) {
-        CHECK((got.error_code() == ENOENT || got.error_code() == ENOTDIR));
+        // ESTALE when the directory moved again before the kernel's one retry of the open
+        // (docs/semantics.md): seen once in about 30 runs, more under TSan.
+        INFO(got.status().to_string());
+        CHECK((got.error_code() == ENOENT || got.error_code() == ENOTDIR ||
+               got.error_code() == ESTALE));
         ++missing;
         continue;
       }
