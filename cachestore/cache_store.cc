@@ -359,6 +359,7 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
 }
 
 Status CacheStore::create_temp(Staging& s) {
+  const DiskWatch::Op op = watch_.begin();
   Status made = dir_->make_parents(s.final_name_);
   if (!made.is_ok()) {
     return made;
@@ -442,10 +443,16 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
 }
 
 Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t hash) {
-  staging.fd_.reset();
-  if (::renameat(dir_->fd(), staging.temp_name_.c_str(), dir_->fd(), staging.final_name_.c_str()) !=
-      0) {
-    const int err = errno;
+  int err = 0;
+  {
+    const DiskWatch::Op op = watch_.begin();
+    staging.fd_.reset();
+    if (::renameat(dir_->fd(), staging.temp_name_.c_str(), dir_->fd(),
+                   staging.final_name_.c_str()) != 0) {
+      err = errno;
+    }
+  }
+  if (err != 0) {
     abort(std::move(staging), err);
     return Status::error(err, "rename into " + dir_->path());
   }

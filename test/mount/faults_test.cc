@@ -340,17 +340,19 @@ TEST_CASE("a source that refuses root gives EACCES and a hint", "[mount][faults]
 }
 
 TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
-  // RELIABILITY.md C8: --cache-dir on faultfs whose writes hang (a dead local disk), with an
-  // order published so that copies run ahead of the reader. Every copy sticks; readers must
-  // still get every file, from the source, without waiting on the stuck copies for long. The
-  // reader is a child process, so a stuck one cannot hold up the test.
+  // RELIABILITY.md C8: --cache-dir on faultfs whose writes, or creates, hang (a dead local
+  // disk), with an order published so that copies run ahead of the reader. Every copy sticks;
+  // readers must still get every file, from the source, without waiting on the stuck copies
+  // for long. The reader is a child process, so a stuck one cannot hold up the test.
+  const std::string rule = GENERATE(as<std::string>{}, "write /* hang\n", "create /* hang\n");
+  INFO(rule);
   TempDir dir;
   constexpr int kFiles = 40;
   write_files(dir / "data", kFiles, kSize);
   fs::create_directories(dir / "cachedisk");
   FaultFs disk(dir / "cachedisk", dir / "cache");
   Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()});
-  disk.set_rules("write /* hang\n");
+  disk.set_rules(rule);
   std::string order;
   for (int i = 0; i < kFiles; ++i) {
     order += "f" + std::to_string(i) + "\n";
