@@ -151,7 +151,7 @@ class CacheStore {
 
   // Whether an open of id should skip the cache because a call on the cache disk has been
   // stuck for stuck_io_s (see DiskWatch): the reader then reads the source. Counts the opens
-  // that would have been hits.
+  // of files with a ready copy (of any version: it is not read to tell).
   bool bypass_hung_disk(FileId id);
 
   // Watches one call on the cache disk made outside the store (a read of an open copy).

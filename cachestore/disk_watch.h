@@ -2,15 +2,18 @@
 // controller, a hung filesystem under --cache-dir), so that readers are served from the source
 // instead of queueing behind it.
 //
-// Each system call on the cache disk that a reader or a copy could wait on runs inside an Op,
-// which records when it started. The disk counts as hung while some Op has been running for
-// longer than `stuck_ns`, and as healthy again as soon as none has: a verdict that follows the
-// disk, never a switch that stays off. A healthy disk, even a slow one under load, ends each
-// call well within the limit (a call is at most one 256 KiB chunk or one open).
+// The system calls on the cache disk that readers and copies wait on most (opening and reading
+// a copy, creating, writing and renaming a copy being made) run inside an Op, which records
+// when it started; the rarer ones (unlinks, the hash check of a kept copy) are not watched. The
+// disk counts as hung while some Op has been running for longer than `stuck_ns`, and as healthy
+// again as soon as none has: a verdict that follows the disk, never a switch that stays off. A
+// healthy disk, even a slow one under load, ends each call well within the limit (a call is at most
+// one 256 KiB chunk or one open).
 //
 // Ops live in a fixed array of slots: no allocation and no lock on the read path. An Op that
-// finds every slot taken runs unwatched, which can only delay a verdict that the Ops already
-// in the slots (all of them running) will give.
+// finds every slot taken runs unwatched: with more calls at once than slots (possible only with
+// --threads and --stage-threads raised well above their defaults) a stuck call may go unseen
+// while the slots are held by others.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -58,7 +61,7 @@ class DiskWatch {
   bool hung() const;
 
  private:
-  static constexpr size_t kSlots = 256;  // more than FUSE workers and copy threads at once
+  static constexpr size_t kSlots = 256;  // above the default 64 FUSE and 128 copy threads
 
   const int64_t stuck_ns_;
   std::array<std::atomic<int64_t>, kSlots> started_{};  // 0: free

@@ -236,6 +236,14 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name) {
   if (control_lookup(parent, name)) {
     return Status::error(EEXIST, "create .epochfs/" + std::string(name));
   }
+  if (closes_unseen_.load(std::memory_order_relaxed) &&
+      !warned_closes_unseen_.exchange(true, std::memory_order_relaxed)) {
+    cachestore::log(cachestore::LogLevel::kWarning,
+                    "with --data-path no-open the kernel does not tell the daemon when a file in "
+                    ".epochfs/ is closed: publish with fsync (epochfs publish and the Python "
+                    "helper do) or with --shuffle-file; a plain cp or shell redirection does not "
+                    "publish");
+  }
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
   handle->upload =
@@ -272,7 +280,7 @@ Status Filesystem::flush(FileHandle& file) {
   // stdout and closes the one it opened before any byte is written. Publishing at that close
   // would refuse an empty order and turn the writes away; an empty upload is published at
   // release instead, so a truly empty order is refused without an error in its close.
-  if (file.upload->bytes_received() == 0) {
+  if (!file.upload->started()) {
     return Status::ok();
   }
   return publish_upload(file);

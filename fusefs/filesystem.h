@@ -145,6 +145,11 @@ class Filesystem {
   // The writer synced the file, or closed its last descriptor: an upload is published now,
   // empty or not; EINVAL if it was refused.
   cachestore::Status sync(FileHandle& file);
+
+  // The kernel will no longer tell the daemon about closes (no-open stopped FLUSH, and sends
+  // no RELEASE): an upload publishes only at fsync. Each later upload logs a warning once.
+  void closes_unseen() { closes_unseen_.store(true, std::memory_order_relaxed); }
+
   // A read of file's cached copy failed: switches the handle to the source at the same
   // version (once; later calls find it done). An error if that cannot be done.
   cachestore::Status read_source_instead(FileHandle& file);
@@ -166,6 +171,9 @@ class Filesystem {
 
  private:
   cachestore::Result<std::string> path_of(InodeId id) const;
+
+  std::atomic<bool> closes_unseen_{false};
+  std::atomic<bool> warned_closes_unseen_{false};
 
   // Dependencies.
   const cachestore::RootDir source_;

@@ -442,13 +442,14 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
       return;
     }
     if (r == CopyRead::kFailed) {
-      // The rest comes from the source, at the version this reader has been reading.
+      // The rest comes from the source, at the version this reader has been reading: a slow
+      // source is not a hung cache disk.
+      watch.reset();
       Status switched = fs_of(req).read_source_instead(file);
       if (!switched.is_ok()) {
         reply_status(req, switched);
         return;
       }
-      watch.reset();  // from here the source is read
     }
   }
   buf.buf[0].fd = file.read_fd.load(std::memory_order_acquire);
@@ -518,8 +519,9 @@ void op_write(fuse_req_t req, fuse_ino_t /*ino*/, const char* data, size_t size,
 void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   if (fi->fh == 0) {
     // Opened without asking (no-open): ENOSYS stops FLUSH for the whole mount, saving a round
-    // trip per close. Uploads then publish at fsync (the Python helper and `epochfs publish`
-    // call it) or at RELEASE, and their close no longer reports a refusal (docs/design.md).
+    // trip per close. The kernel sends no RELEASE either under no-open, so uploads then
+    // publish only at fsync (the Python helper and `epochfs publish` call it; docs/design.md).
+    fs_of(req).closes_unseen();
     fuse_reply_err(req, ENOSYS);
     return;
   }

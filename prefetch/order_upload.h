@@ -37,8 +37,8 @@ class OrderUpload {
 
   bool finished() const { return report_.has_value(); }
 
-  // Bytes written so far.
-  uint64_t bytes_received() const { return next_offset_; }
+  // Whether any write has come, good or not.
+  bool started() const { return next_offset_ > 0 || broken_.has_value(); }
 
  private:
   void add_entry(std::string_view entry, uint64_t line);

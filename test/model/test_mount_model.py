@@ -86,7 +86,7 @@ class Session:
                         data_path, "--log-level", "warning"],
                        check=True, stdin=subprocess.DEVNULL)
         self.runs = 0
-        self.steps = 0
+        self.checks = 0  # after the start and after every step
         self.mtime = 1_000_000_000 * 10**9
 
     def next_mtime(self):
@@ -108,7 +108,7 @@ class MountModel(RuleBasedStateMachine):
 
     @invariant()
     def cache_within_cap(self):
-        MountModel.session.steps += 1
+        MountModel.session.checks += 1
         cache_within_cap(MountModel.session)
 
     @initialize()
@@ -226,21 +226,35 @@ class MountModel(RuleBasedStateMachine):
         # order replaces the last (the same stream and epoch): the daemon outlives the example.
         order = "#stream model\n#epoch 0\n" + "".join(
             os.path.join(self.rel, p) + "\n" for p in picks)
-        with open(os.path.join(MountModel.session.mnt, ".epochfs", "order"), "w") as f:
-            f.write(order)
+        before = MountModel.session.stats()["prefetch"]["publishes"]
+        # fsync publishes on every data path (under no-open a close tells the daemon nothing).
+        fd = os.open(os.path.join(MountModel.session.mnt, ".epochfs", "order"),
+                     os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, order.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         if wait:
-            self.wait_for_copies()
+            self.wait_for_copies(before)
 
     @rule()
     def walk(self):
         assert tree(self.mnt) == tree(self.src)
 
-    def wait_for_copies(self):
+    def wait_for_copies(self, publishes_before):
+        # The order is published at the close (at RELEASE with no-open), and its copies are
+        # queued by the planner after that: wait for the publish, then for two looks 20 ms
+        # apart that find no copy queued.
+        idle = 0
         for _ in range(500):
-            if MountModel.session.stats()["cache"]["copies_queued"] == 0:
-                return
-            time.sleep(0.01)
-        raise AssertionError("copies still queued after 5 s")
+            stats = MountModel.session.stats()
+            if stats["prefetch"]["publishes"] > publishes_before:
+                idle = idle + 1 if stats["cache"]["copies_queued"] == 0 else 0
+                if idle == 2:
+                    return
+            time.sleep(0.02)
+        raise AssertionError("the order's copies were not done after 10 s")
 
     def teardown(self):
         if getattr(self, "src", None):
@@ -266,7 +280,7 @@ def test_the_mount_shows_what_the_source_shows(data_path):
                               derandomize=True, database=None,
                               suppress_health_check=list(HealthCheck)))
         copies = session.stats()["cache"]
-        print(data_path, session.runs, "runs,", session.steps, "steps;", json.dumps({k: copies[k] for k in sorted(copies)
+        print(data_path, session.runs, "runs,", session.checks, "checks;", json.dumps({k: copies[k] for k in sorted(copies)
                                      if isinstance(copies[k], int)}))
     finally:
         session.close()

@@ -176,7 +176,7 @@ def _write(root, name, header, lines):
         _write_all(fd, piece)
     except BaseException:
         try:
-            os.close(fd)  # the daemon refuses what was written: short of its #count
+            os.close(fd)  # the daemon refuses what was written: empty, or short of its #count
         except OSError:
             pass
         raise
