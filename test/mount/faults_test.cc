@@ -77,6 +77,25 @@ uint64_t counter(const std::string& json, const std::string& path, const std::st
   return std::stoull(json.substr(field + name.size() + 4));
 }
 
+// A child process that reads f<from> .. f<to - 1> through mnt and compares each with src's:
+// exits 0 if all were right, 1 at the first that was not. A child, so that a reader stuck on a
+// hung disk cannot hold up the test.
+pid_t fork_checked_reader(const std::string& mnt, const std::string& src, int from, int to) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = from; i < to; ++i) {
+      const std::string name = "/f" + std::to_string(i);
+      const auto a = tools::file_digest(mnt + name);
+      const auto b = tools::file_digest(src + name);
+      if (!a.is_ok() || !b.is_ok() || a.value() != b.value()) {
+        _exit(1);
+      }
+    }
+    _exit(0);
+  }
+  return pid;
+}
+
 }  // namespace
 
 TEST_CASE("faultfs fixture: rules fire, count down and are replaced", "[mount][faults]") {
@@ -359,19 +378,8 @@ TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
   }
   REQUIRE(publish(mount, order) == 0);
   const auto start = Clock::now();
-  const pid_t reader = fork();
+  const pid_t reader = fork_checked_reader(dir / "mnt", dir / "data", 0, kFiles);
   REQUIRE(reader >= 0);
-  if (reader == 0) {
-    for (int i = 0; i < kFiles; ++i) {
-      const std::string name = "/f" + std::to_string(i);
-      const auto a = tools::file_digest(dir / "mnt" + name);
-      const auto b = tools::file_digest(dir / "data" + name);
-      if (!a.is_ok() || !b.is_ok() || a.value() != b.value()) {
-        _exit(1);
-      }
-    }
-    _exit(0);
-  }
   const auto code = tools::wait_exit(reader, seconds(60));
   const auto took = std::chrono::duration<double>(Clock::now() - start).count();
   if (!code) {
@@ -414,19 +422,7 @@ TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[moun
   }
   REQUIRE(stat_of(mount, "cache.files_cached") == kFiles);
   const auto read_right = [&](int from, int to) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      for (int i = from; i < to; ++i) {
-        const std::string name = "/f" + std::to_string(i);
-        const auto a = tools::file_digest(dir / "mnt" + name);
-        const auto b = tools::file_digest(dir / "data" + name);
-        if (!a.is_ok() || !b.is_ok() || a.value() != b.value()) {
-          _exit(1);
-        }
-      }
-      _exit(0);
-    }
-    return pid;
+    return fork_checked_reader(dir / "mnt", dir / "data", from, to);
   };
   const auto reap = [](pid_t pid, std::optional<int> code) {
     if (!code) {
