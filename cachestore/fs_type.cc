@@ -13,6 +13,7 @@ constexpr long kSmb2Magic = 0xFE534D42;
 constexpr long kCephMagic = 0x00C36400;
 constexpr long kNineP = 0x01021997;
 constexpr long kFuseMagic = 0x65735546;
+constexpr long kZfsMagic = 0x2FC12FC1;
 
 }  // namespace
 
@@ -35,6 +36,20 @@ const char* network_fs_name(long type) {
       return "FUSE";
     default:
       return nullptr;
+  }
+}
+
+bool is_local_fs(long type) {
+  switch (type) {
+    case EXT4_SUPER_MAGIC:  // ext2 and ext3 too
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case kZfsMagic:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -226,6 +226,7 @@ void data_path_fields(std::ostringstream& out, bool implicit_opens) {
                                              : "classic"));
   o.field("classic_because", std::string(implicit_opens ? "" : passthrough::why_not()));
   o.field("passthrough_opens", passthrough::opens());
+  o.field("source_passthrough_opens", passthrough::source_opens());
   o.field("backing_files", passthrough::backing_files());
   o.close();
 }
@@ -260,8 +261,9 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
 }
 
 std::string metrics_document(const prefetch::EngineStats& stats) {
-  return metrics_text(stats, DataPathFigures{passthrough::active(), passthrough::opens(),
-                                             passthrough::backing_files()});
+  return metrics_text(stats,
+                      DataPathFigures{passthrough::active(), passthrough::opens(),
+                                      passthrough::source_opens(), passthrough::backing_files()});
 }
 
 }  // namespace epochfs::fusefs

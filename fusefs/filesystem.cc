@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include "cachestore/fs_type.h"
 #include "cachestore/log.h"
 #include "cachestore/path.h"
 #include "fusefs/control_dir.h"
@@ -14,12 +16,26 @@ namespace epochfs::fusefs {
 using cachestore::Result;
 using cachestore::Status;
 
+namespace {
+
+std::optional<uint64_t> local_dev(const std::string& root, const struct stat& root_st) {
+  struct statfs fs {};
+
+  if (::statfs(root.c_str(), &fs) != 0 || !cachestore::is_local_fs(fs.f_type)) {
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(root_st.st_dev);
+}
+
+}  // namespace
+
 Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
                        FilesystemOptions options, std::unique_ptr<cachestore::CacheStore> cache,
                        prefetch::EngineOptions engine_options)
     : source_(std::move(source)),
       engine_(source_, std::move(cache), engine_options),
       options_(options),
+      local_source_dev_(local_dev(source_.path(), root_st)),
       inodes_(root_st) {}
 
 namespace {

@@ -165,6 +165,14 @@ class Filesystem {
 
   const FilesystemOptions& options() const { return options_; }
 
+  // True if a file of this version sits on the source root's own filesystem and that is a
+  // local one (cachestore::is_local_fs): opening it again, as the kernel does for each
+  // passthrough open, then costs no request to another machine. Network and FUSE sources,
+  // and files on other filesystems mounted inside the source, are read the classic way.
+  bool source_is_local(const cachestore::FileVersion& version) const {
+    return local_source_dev_.has_value() && version.dev == *local_source_dev_;
+  }
+
   const InodeTable& inodes() const { return inodes_; }
 
   prefetch::EngineStats engine_stats() const { return engine_.stats(); }
@@ -180,6 +188,7 @@ class Filesystem {
   prefetch::Engine engine_;
   // Constant data.
   const FilesystemOptions options_;
+  const std::optional<uint64_t> local_source_dev_;  // see source_is_local
   cachestore::Result<OpenResult> open_control(InodeId id, int flags);
   // The content of control file id (stats, metrics, verify) now.
   std::string control_content(InodeId id);

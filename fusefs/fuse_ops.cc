@@ -305,9 +305,17 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // Read-only: the kernel need not send FLUSH on every close.
   fi->noflush = 1;
   if (!handle->is_control) {
-    // A cached copy may be read by the kernel itself (fusefs/passthrough.h).
+    // The kernel may read the copy, or the source, itself (fusefs/passthrough.h).
     const prefetch::OpenFile& file = handle->file;
-    handle->backing_id = passthrough::begin_open(ino, file.fd.get(), file.from_cache);
+    const auto backing = file.from_cache                            ? passthrough::Backing::kCopy
+                         : fs_of(req).source_is_local(file.version) ? passthrough::Backing::kSource
+                                                                    : passthrough::Backing::kNone;
+    handle->backing_id = passthrough::begin_open(ino, file.fd.get(), backing);
+    if (handle->backing_id != 0 && !file.from_cache) {
+      // The kernel reads this miss from the source without us: its bytes count at the open,
+      // whole (a trainer reads whole files), so the source's load stays in the stats.
+      fs_of(req).count_read(*handle, static_cast<uint64_t>(file.version.size), 0);
+    }
   }
   if (passthrough::reply_open(req, fi, handle->backing_id) != 0) {
     release_handle(fs_of(req), ino, handle);  // interrupted: no release will come

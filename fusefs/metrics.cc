@@ -77,7 +77,8 @@ void engine_metrics(Exposition& e, const prefetch::EngineStats& s) {
         "Bytes the daemon served from cached copies (not the kernel's passthrough reads).",
         d(s.bytes_from_cache));
   e.one("epochfs_read_from_source_bytes_total", "counter",
-        "Bytes the daemon served to readers from the source.", d(s.bytes_from_source));
+        "Bytes readers read from the source (passthrough misses: whole files, at open).",
+        d(s.bytes_from_source));
   e.one("epochfs_source_version_checks_total", "counter",
         "Opens that asked the source for the file's version.", d(s.source_stats));
   e.one("epochfs_source_stats_ahead_total", "counter",
@@ -206,6 +207,9 @@ std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigur
         data_path.passthrough ? 1 : 0);
   e.one("epochfs_passthrough_opens_total", "counter", "Opens answered with passthrough.",
         d(data_path.passthrough_opens));
+  e.one("epochfs_source_passthrough_opens_total", "counter",
+        "Opens answered with passthrough to the source file (misses).",
+        d(data_path.source_passthrough_opens));
   e.one("epochfs_passthrough_backing_files", "gauge", "Backing files registered now.",
         d(data_path.backing_files));
   return e.text();

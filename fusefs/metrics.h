@@ -23,6 +23,7 @@ namespace epochfs::fusefs {
 struct DataPathFigures {
   bool passthrough = false;
   uint64_t passthrough_opens = 0;
+  uint64_t source_passthrough_opens = 0;
   uint64_t backing_files = 0;
 };
 

@@ -23,7 +23,9 @@ using cachestore::LogLevel;
 namespace abi {
 constexpr uint32_t kPassthroughFlag2 = 1u << 5;  // FUSE_PASSTHROUGH = 1ULL << 37, in flags2
 constexpr uint32_t kOpenPassthrough = 1u << 7;   // FOPEN_PASSTHROUGH
-// The backing file (the cache's copy, on a disk filesystem) is one level below the mount.
+// The backing file (the cache's copy on a disk filesystem, or the source file) is one level
+// below the mount. A source that is itself stacked (overlayfs, a passthrough FUSE mount) is
+// refused by the kernel (ELOOP): its files are then read the classic way.
 constexpr uint32_t kMaxStackDepth = 1;
 
 struct InitOut {  // struct fuse_init_out
@@ -78,8 +80,10 @@ struct State {
   std::atomic<bool> offered{false};
   std::atomic<bool> negotiated{false};
   std::atomic<bool> disabled{false};
+  std::atomic<bool> source_refused{false};
   std::atomic<int> dev_fd{-1};
   std::atomic<uint64_t> opens{0};
+  std::atomic<uint64_t> source_opens{0};
   std::atomic<const char*> why{"not requested (--data-path classic)"};
   std::mutex mu;
   std::unordered_map<uint64_t, InodeOpens> inodes;
@@ -154,7 +158,7 @@ void complete_reply(int fd, struct iovec* iov, int count) {
   s.dev_fd = fd;
   s.why = "";
   s.negotiated = true;
-  cachestore::log(LogLevel::kInfo, "data path: kernel passthrough for cached files");
+  cachestore::log(LogLevel::kInfo, "data path: kernel passthrough for cached files and misses");
 }
 
 ssize_t io_read(int fd, void* buf, size_t len, void* /*userdata*/) {
@@ -175,8 +179,9 @@ ssize_t io_splice(int fdin, off_t* offin, int fdout, off_t* offout, size_t len, 
   return ::splice(fdin, offin, fdout, offout, len, flags);
 }
 
-// Registers fd as a backing file; its id, or 0 (then passthrough may be off for good).
-uint32_t register_backing(int fd) {
+// Registers fd as a backing file; its id, or 0 (then passthrough may be off for good, or for
+// source files).
+uint32_t register_backing(int fd, bool from_cache) {
   State& s = state();
   abi::BackingMap map{fd, 0, 0};
   const int id = ioctl(s.dev_fd.load(), abi::kBackingOpen, &map);
@@ -184,13 +189,20 @@ uint32_t register_backing(int fd) {
     return static_cast<uint32_t>(id);
   }
   const int err = errno;
-  if (err == EPERM || err == ENOTTY || err == EINVAL) {
+  if (err == EPERM || err == ENOTTY || (err == EINVAL && from_cache)) {
     // No privilege (CAP_SYS_ADMIN) or no support: every later registration would fail too.
     s.disabled = true;
     s.why = err == EPERM ? "registering a backing file needs CAP_SYS_ADMIN"
                          : "the kernel refused to register a backing file";
     cachestore::log(LogLevel::kWarning, "data path: classic from now on (passthrough: %s)",
                     s.why.load());
+  } else if (!from_cache && !s.source_refused.exchange(true)) {
+    // A stacked source (ELOOP), or one whose files the kernel cannot read through: each later
+    // try would cost a failed ioctl per open. Cached copies still get passthrough.
+    cachestore::log(LogLevel::kInfo,
+                    "data path: source files are read through the daemon (the kernel refused "
+                    "one as a backing file: %s); cached copies still use passthrough",
+                    strerror(err));
   } else {
     cachestore::log(LogLevel::kDebug, "passthrough: backing file refused: %s", strerror(err));
   }
@@ -228,7 +240,7 @@ bool active() {
 
 const char* why_not() { return state().why.load(); }
 
-uint32_t begin_open(uint64_t ino, int fd, bool from_cache) {
+uint32_t begin_open(uint64_t ino, int fd, Backing backing) {
   State& s = state();
   if (!s.negotiated.load()) {
     return 0;
@@ -241,11 +253,14 @@ uint32_t begin_open(uint64_t ino, int fd, bool from_cache) {
     s.opens.fetch_add(1, std::memory_order_relaxed);
     return inode.backing_id;
   }
-  if (inode.cached == 0 && from_cache && fd >= 0 && !s.disabled.load()) {
-    if (const uint32_t id = register_backing(fd)) {
+  const bool from_cache = backing == Backing::kCopy;
+  const bool may_register = from_cache || (backing == Backing::kSource && !s.source_refused.load());
+  if (inode.cached == 0 && may_register && fd >= 0 && !s.disabled.load()) {
+    if (const uint32_t id = register_backing(fd, from_cache)) {
       inode.backing_id = id;
       inode.passthrough = 1;
       s.opens.fetch_add(1, std::memory_order_relaxed);
+      s.source_opens.fetch_add(from_cache ? 0 : 1, std::memory_order_relaxed);
       return id;
     }
   }
@@ -294,5 +309,7 @@ int reply_open(fuse_req_t req, const fuse_file_info* fi, uint32_t backing_id) {
 }
 
 uint64_t opens() { return state().opens.load(std::memory_order_relaxed); }
+
+uint64_t source_opens() { return state().source_opens.load(std::memory_order_relaxed); }
 
 }  // namespace epochfs::fusefs::passthrough

@@ -1,5 +1,6 @@
-// Kernel FUSE passthrough for cached files: the kernel reads a cached copy itself, so no READ
-// request reaches the daemon and the copy's pages are cached once (the copy's own page cache).
+// Kernel FUSE passthrough: the kernel reads a cached copy (or, for a file not cached yet, the
+// source file) itself, so no READ request reaches the daemon and the file's pages are cached
+// once (the backing file's own page cache).
 //
 // The kernel ABI (Linux >= 6.9, FUSE protocol 7.40, include/uapi/linux/fuse.h): INIT offers
 // FUSE_PASSTHROUGH in flags2 and the reply accepts it with max_stack_depth; a backing file is
@@ -37,12 +38,19 @@ bool active();
 // Why passthrough is not active, for the log and the stats ("" when it is).
 const char* why_not();
 
+// What an open could be read from by the kernel: the cached copy, the source file (a miss, on
+// a local filesystem: see Filesystem::source_is_local), or nothing (a classic open).
+enum class Backing { kCopy, kSource, kNone };
+
 // The backing id to give an open of inode ino, or 0 for a classic open. fd is the file the
-// open serves: a cached copy (from_cache) or the source. An open served from a cached copy
-// gets passthrough, with the copy registered as the inode's backing file, unless the inode is
-// open in cached mode now; while an inode has passthrough opens, every open of it shares their
-// backing id (the kernel accepts nothing else). Every call is matched by one end_open.
-uint32_t begin_open(uint64_t ino, int fd, bool from_cache);
+// open serves, of kind backing. It is registered as the inode's backing file unless the inode
+// is open in cached mode now: a miss is then read by the kernel from the source as a hit is
+// from the copy, with no READ reaching the daemon (the copy is made from a descriptor of its
+// own). A source the kernel refuses (stacked: ELOOP) is read the classic way from then on.
+// While an inode has passthrough opens, every open of it shares their backing id (the kernel
+// accepts nothing else), so an open of a copy made meanwhile reads the source until they end.
+// Every call is matched by one end_open.
+uint32_t begin_open(uint64_t ino, int fd, Backing backing);
 
 // An open of ino ends. The inode's backing file is unregistered with its last passthrough
 // open (the kernel keeps its own reference for as long as it reads from it).
@@ -56,5 +64,8 @@ int reply_open(fuse_req_t req, const fuse_file_info* fi, uint32_t backing_id);
 
 // Opens answered with passthrough since the mount.
 uint64_t opens();
+
+// Those of them that registered a source file (a miss) rather than a cached copy.
+uint64_t source_opens();
 
 }  // namespace epochfs::fusefs::passthrough

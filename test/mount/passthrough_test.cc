@@ -1,5 +1,6 @@
 // Kernel passthrough (--data-path passthrough, fusefs/passthrough.h) on real mounts: cached
-// files are read by the kernel with no READ reaching the daemon and the right bytes; the mount
+// files, and the source files of misses, are read by the kernel with no READ reaching the
+// daemon and the right bytes; a network or FUSE source is read the classic way; the mount
 // falls back to classic when the kernel does not offer passthrough; a reader keeps its bytes
 // while the cache churns; a file changed in the source is read anew. The rest of the mount
 // suite also runs once with passthrough (test/CMakeLists.txt).
@@ -48,16 +49,36 @@ void read_twice(const Mount& mount, const std::string& src, int count) {
 TEST_CASE("with passthrough the kernel reads cached files itself, byte for byte",
           "[mount][passthrough]") {
   TempDir dir;
+  // A local source (tmpfs, whatever the test directory is on): its misses get passthrough too.
+  Tmpfs local(dir / "src", "size=16m");
   write_files(dir / "src", 20, 110000);
   Mount mount(dir / "src", dir / "mnt", kPassthrough);
   read_twice(mount, dir / "src", 20);
   CHECK(stats(mount).values["data_path.mode"] == "passthrough");
   CHECK(stat_of(mount, "hits") == 20);
-  CHECK(stat_of(mount, "data_path.passthrough_opens") == 20);
-  // No READ of a cached file reached the daemon: only the first pass's, from the source.
+  // Both passes: the first read the source files, the second the copies.
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 40);
+  CHECK(stat_of(mount, "data_path.source_passthrough_opens") == 20);
+  // No READ of a cached file reached the daemon; the misses' bytes count at their opens.
   CHECK(stat_of(mount, "bytes_from_cache") == 0);
   CHECK(stat_of(mount, "bytes_from_source") == 20 * 110000);
   CHECK(stat_of(mount, "data_path.backing_files") == 0);  // all released with their opens
+}
+
+TEST_CASE("a source on a network or FUSE filesystem is read the classic way, its copies not",
+          "[mount][passthrough]") {
+  TempDir dir;
+  write_files(dir / "src", 10, 110000);
+  // The outer mount's source is a FUSE mount: a passthrough open would make the kernel open
+  // the source file again (a request to its server), so misses go through the daemon. (The
+  // inner mount is classic: the kernel would take its files as backing files.)
+  Mount inner(dir / "src", dir / "inner", {"--data-path", "classic"});
+  Mount outer(inner.path(), dir / "outer", kPassthrough);
+  read_twice(outer, dir / "src", 10);
+  CHECK(stats(outer).values["data_path.mode"] == "passthrough");
+  CHECK(stat_of(outer, "data_path.source_passthrough_opens") == 0);
+  CHECK(stat_of(outer, "data_path.passthrough_opens") == 10);  // the second pass, from copies
+  CHECK(stat_of(outer, "bytes_from_source") == 10 * 110000);   // READs, through the daemon
 }
 
 TEST_CASE("without the kernel's offer of passthrough the mount stays classic",
@@ -87,7 +108,10 @@ TEST_CASE("a passthrough reader keeps its bytes while the cache churns under it"
   wait_for_staging(mount);
   const int fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
-  CHECK(stat_of(mount, "data_path.passthrough_opens") == 1);
+  // This open reads the copy (the miss before it may have read the source with passthrough).
+  CHECK(stat_of(mount, "data_path.passthrough_opens") -
+            stat_of(mount, "data_path.source_passthrough_opens") ==
+        1);
   std::string got(kSize, '\0');
   REQUIRE(::pread(fd, got.data(), kSize / 2, 0) == static_cast<ssize_t>(kSize / 2));
   // Every other file through a cache of 2.5 files: copies come and go around the open one.
@@ -112,7 +136,9 @@ TEST_CASE("a file changed in the source is read anew, not from the old backing f
   write_files(dir / "src", 1, 110000);
   Mount mount(dir / "src", dir / "mnt", kPassthrough);
   read_twice(mount, dir / "src", 1);
-  CHECK(stat_of(mount, "data_path.passthrough_opens") == 1);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") -
+            stat_of(mount, "data_path.source_passthrough_opens") ==
+        1);
   // Hold a passthrough open of the old version while the source changes.
   const int old_fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(old_fd >= 0);
