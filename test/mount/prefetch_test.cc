@@ -77,6 +77,17 @@ void wait_idle(const Mount& mount) {
   REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
 }
 
+// wait_idle for 100 ms on end: right after a publish with no reader, or between two of the
+// planner's batches, the queue is empty for a moment only.
+void wait_settled(const Mount& mount) {
+  int idle_looks = 0;
+  for (int i = 0; i < 1000 && idle_looks < 5; ++i) {
+    idle_looks = stat_of(mount, "cache.copies_queued") == 0 ? idle_looks + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(idle_looks == 5);
+}
+
 // Reads the files of order through the mount with `threads` workers taking them in order (so
 // opens arrive slightly out of order, like DataLoader workers), each pausing `pause` after a
 // file; checks every byte. Returns the number of files read wrong or not at all.
@@ -477,7 +488,7 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   CHECK(stat_of(mount, "prefetch.last_publish.accepted") == kEntries);
   // Paced like a trainer, so the planner stays ahead of the reader.
   CHECK(read_order(mount, dir / "src", present, 2, std::chrono::microseconds(500)) == 0);
-  wait_idle(mount);
+  wait_settled(mount);  // with every entry missing, nothing was read: the planner may lag
   const double rejected = stat_of(mount, "prefetch.streams.default.rejected_entries");
   CHECK(rejected > 0);
   CHECK(rejected <= missing);
