@@ -310,9 +310,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     const auto backing = file.from_cache                            ? passthrough::Backing::kCopy
                          : fs_of(req).source_is_local(file.version) ? passthrough::Backing::kSource
                                                                     : passthrough::Backing::kNone;
-    handle->backing_id = passthrough::begin_open(ino, file.fd.get(), backing);
-    if (handle->backing_id != 0 && !file.from_cache) {
-      // The kernel reads this miss from the source without us: its bytes count at the open,
+    const passthrough::Opened pt = passthrough::begin_open(ino, file.fd.get(), backing);
+    handle->backing_id = pt.backing_id;
+    if (pt.reads_source) {
+      // The kernel reads the source for this open without us: its bytes count at the open,
       // whole (a trainer reads whole files), so the source's load stays in the stats.
       fs_of(req).count_read(*handle, static_cast<uint64_t>(file.version.size), 0);
     }

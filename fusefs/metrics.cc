@@ -208,7 +208,7 @@ std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigur
   e.one("epochfs_passthrough_opens_total", "counter", "Opens answered with passthrough.",
         d(data_path.passthrough_opens));
   e.one("epochfs_source_passthrough_opens_total", "counter",
-        "Opens answered with passthrough to the source file (misses).",
+        "Opens answered with passthrough to a source file (misses on a local source).",
         d(data_path.source_passthrough_opens));
   e.one("epochfs_passthrough_backing_files", "gauge", "Backing files registered now.",
         d(data_path.backing_files));

@@ -68,6 +68,7 @@ constexpr unsigned long kBackingClose = _IOW(FUSE_DEV_IOC_MAGIC, 2, uint32_t);
 // file, or cached-mode opens, never both at once.
 struct InodeOpens {
   uint32_t backing_id = 0;
+  bool source = false;  // the backing file is a source file, not a cached copy
   unsigned passthrough = 0;
   unsigned cached = 0;
 };
@@ -158,7 +159,8 @@ void complete_reply(int fd, struct iovec* iov, int count) {
   s.dev_fd = fd;
   s.why = "";
   s.negotiated = true;
-  cachestore::log(LogLevel::kInfo, "data path: kernel passthrough for cached files and misses");
+  cachestore::log(LogLevel::kInfo,
+                  "data path: kernel passthrough (cached copies; misses too on a local source)");
 }
 
 ssize_t io_read(int fd, void* buf, size_t len, void* /*userdata*/) {
@@ -240,32 +242,31 @@ bool active() {
 
 const char* why_not() { return state().why.load(); }
 
-uint32_t begin_open(uint64_t ino, int fd, Backing backing) {
+Opened begin_open(uint64_t ino, int fd, Backing backing) {
   State& s = state();
   if (!s.negotiated.load()) {
-    return 0;
+    return {};
   }
   std::lock_guard<std::mutex> lock(s.mu);
   InodeOpens& inode = s.inodes[ino];
-  if (inode.passthrough > 0) {
-    // The kernel takes no other kind of open of this inode now, nor another backing file.
-    ++inode.passthrough;
-    s.opens.fetch_add(1, std::memory_order_relaxed);
-    return inode.backing_id;
-  }
-  const bool from_cache = backing == Backing::kCopy;
-  const bool may_register = from_cache || (backing == Backing::kSource && !s.source_refused.load());
-  if (inode.cached == 0 && may_register && fd >= 0 && !s.disabled.load()) {
-    if (const uint32_t id = register_backing(fd, from_cache)) {
-      inode.backing_id = id;
-      inode.passthrough = 1;
-      s.opens.fetch_add(1, std::memory_order_relaxed);
-      s.source_opens.fetch_add(from_cache ? 0 : 1, std::memory_order_relaxed);
-      return id;
+  if (inode.passthrough == 0) {
+    const bool from_cache = backing == Backing::kCopy;
+    const bool may_register =
+        from_cache || (backing == Backing::kSource && !s.source_refused.load());
+    if (inode.cached == 0 && may_register && fd >= 0 && !s.disabled.load()) {
+      inode.backing_id = register_backing(fd, from_cache);
+      inode.source = !from_cache;
+    }
+    if (inode.backing_id == 0) {
+      ++inode.cached;
+      return {};
     }
   }
-  ++inode.cached;
-  return 0;
+  // The kernel takes no other kind of open of this inode now, nor another backing file.
+  ++inode.passthrough;
+  s.opens.fetch_add(1, std::memory_order_relaxed);
+  s.source_opens.fetch_add(inode.source ? 1 : 0, std::memory_order_relaxed);
+  return {inode.backing_id, inode.source};
 }
 
 void end_open(uint64_t ino, uint32_t backing_id) {

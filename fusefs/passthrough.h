@@ -50,7 +50,12 @@ enum class Backing { kCopy, kSource, kNone };
 // While an inode has passthrough opens, every open of it shares their backing id (the kernel
 // accepts nothing else), so an open of a copy made meanwhile reads the source until they end.
 // Every call is matched by one end_open.
-uint32_t begin_open(uint64_t ino, int fd, Backing backing);
+struct Opened {
+  uint32_t backing_id = 0;    // 0: a classic open
+  bool reads_source = false;  // the backing file is a source file (this open's or an earlier)
+};
+
+Opened begin_open(uint64_t ino, int fd, Backing backing);
 
 // An open of ino ends. The inode's backing file is unregistered with its last passthrough
 // open (the kernel keeps its own reference for as long as it reads from it).
@@ -65,7 +70,7 @@ int reply_open(fuse_req_t req, const fuse_file_info* fi, uint32_t backing_id);
 // Opens answered with passthrough since the mount.
 uint64_t opens();
 
-// Those of them that registered a source file (a miss) rather than a cached copy.
+// Those of them whose reads the kernel serves from a source file rather than a cached copy.
 uint64_t source_opens();
 
 }  // namespace epochfs::fusefs::passthrough
