@@ -156,6 +156,11 @@ class Filesystem {
   // size bytes at offset were requested from file; counts what was served.
   void count_read(const FileHandle& file, uint64_t size, uint64_t offset);
 
+  // The kernel reads file's source file for its reader (passthrough): counted whole, now.
+  void count_passthrough_source(const FileHandle& file) {
+    engine_.count_source_read(file.file, static_cast<uint64_t>(file.file.version.size));
+  }
+
   // Watches one read of a cached copy (a cache disk that stops answering is noticed).
   cachestore::DiskWatch::Op watch_copy_read() { return engine_.watch_copy_read(); }
   cachestore::Result<struct statvfs> statfs() const;

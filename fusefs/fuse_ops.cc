@@ -315,7 +315,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (pt.reads_source) {
       // The kernel reads the source for this open without us: its bytes count at the open,
       // whole (a trainer reads whole files), so the source's load stays in the stats.
-      fs_of(req).count_read(*handle, static_cast<uint64_t>(file.version.size), 0);
+      fs_of(req).count_passthrough_source(*handle);
     }
   }
   if (passthrough::reply_open(req, fi, handle->backing_id) != 0) {

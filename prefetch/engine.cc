@@ -439,8 +439,16 @@ Result<UniqueFd> Engine::source_instead_of_copy(const OpenFile& file) {
 }
 
 void Engine::count_read(const OpenFile& file, uint64_t bytes) {
-  (file.from_cache ? bytes_from_cache_ : bytes_from_source_).fetch_add(bytes, kRelaxed);
-  if (!file.from_cache && file.stream >= 0) {
+  if (file.from_cache) {
+    bytes_from_cache_.fetch_add(bytes, kRelaxed);
+  } else {
+    count_source_read(file, bytes);
+  }
+}
+
+void Engine::count_source_read(const OpenFile& file, uint64_t bytes) {
+  bytes_from_source_.fetch_add(bytes, kRelaxed);
+  if (file.stream >= 0) {
     planner_->count_source_bytes(static_cast<size_t>(file.stream), bytes);
   }
 }

@@ -136,8 +136,11 @@ class Engine final : public PrefetchSink {
   // or cannot be opened. file stays pinned until close_file.
   cachestore::Result<cachestore::UniqueFd> source_instead_of_copy(const OpenFile& file);
 
-  // bytes were served to a reader of file.
+  // bytes were served to a reader of file (from the copy or the source, as it was opened).
   void count_read(const OpenFile& file, uint64_t bytes);
+  // bytes were read for a reader of file from the source, whatever file's fd (a passthrough
+  // open whose backing file is a source file).
+  void count_source_read(const OpenFile& file, uint64_t bytes);
 
   EngineStats stats() const;
 

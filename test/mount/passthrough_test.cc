@@ -65,6 +65,35 @@ TEST_CASE("with passthrough the kernel reads cached files itself, byte for byte"
   CHECK(stat_of(mount, "data_path.backing_files") == 0);  // all released with their opens
 }
 
+TEST_CASE("a file cached while a miss's open lasts is read from the source by its next open",
+          "[mount][passthrough]") {
+  TempDir dir;
+  Tmpfs local(dir / "src", "size=16m");
+  write_files(dir / "src", 1, 110000);
+  Mount mount(dir / "src", dir / "mnt", kPassthrough);
+  // The miss: the kernel reads the source file, and the copy is made meanwhile.
+  const int miss_fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(miss_fd >= 0);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 1);
+  // A hit now: the kernel takes no other backing file for the inode while the miss's open
+  // lasts, so this open shares the source's, and its bytes count as the source's.
+  check_same(mount / "f0", dir / "src/f0");
+  std::string got(110000, '\0');
+  CHECK(::pread(miss_fd, got.data(), got.size(), 0) == 110000);
+  ::close(miss_fd);
+  std::string want(110000, '\0');
+  tools::fill_content(0, 1, 0, want.data(), want.size());
+  CHECK(got == want);
+  CHECK(stat_of(mount, "hits") == 1);
+  CHECK(stat_of(mount, "data_path.source_passthrough_opens") == 2);
+  CHECK(stat_of(mount, "bytes_from_source") == 2 * 110000);
+  // Once both are closed, the next open reads the copy.
+  check_same(mount / "f0", dir / "src/f0");
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 3);
+  CHECK(stat_of(mount, "data_path.source_passthrough_opens") == 2);
+}
+
 TEST_CASE("a source on a network or FUSE filesystem is read the classic way, its copies not",
           "[mount][passthrough]") {
   TempDir dir;
