@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -90,6 +91,15 @@ Result<struct statvfs> RootDir::statfs() const {
     return Status::error(errno, "statvfs " + path_);
   }
   return st;
+}
+
+Result<long> RootDir::fs_type() const {
+  struct statfs st {};
+
+  if (::fstatfs(fd_.get(), &st) != 0) {
+    return Status::error(errno, "statfs " + path_);
+  }
+  return static_cast<long>(st.f_type);
 }
 
 Status RootDir::access_at(const std::string& rel, int mask) const {

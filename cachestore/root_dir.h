@@ -46,6 +46,9 @@ class RootDir {
 
   Result<struct statvfs> statfs() const;
 
+  // statfs(2)'s f_type of the root's filesystem (cachestore/fs_type.h).
+  Result<long> fs_type() const;
+
   // access(2) of rel for this process's credentials; a symlink is checked, not followed.
   Status access_at(const std::string& rel, int mask) const;
 

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "cachestore/fs_type.h"
@@ -18,10 +17,9 @@ using cachestore::Status;
 
 namespace {
 
-std::optional<uint64_t> local_dev(const std::string& root, const struct stat& root_st) {
-  struct statfs fs {};
-
-  if (::statfs(root.c_str(), &fs) != 0 || !cachestore::is_local_fs(fs.f_type)) {
+std::optional<uint64_t> local_dev(const cachestore::RootDir& root, const struct stat& root_st) {
+  auto type = root.fs_type();
+  if (!type.is_ok() || !cachestore::is_local_fs(type.value())) {
     return std::nullopt;
   }
   return static_cast<uint64_t>(root_st.st_dev);
@@ -35,7 +33,7 @@ Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
     : source_(std::move(source)),
       engine_(source_, std::move(cache), engine_options),
       options_(options),
-      local_source_dev_(local_dev(source_.path(), root_st)),
+      local_source_dev_(local_dev(source_, root_st)),
       inodes_(root_st) {}
 
 namespace {

@@ -285,6 +285,15 @@ void release_handle(Filesystem& fs, fuse_ino_t ino, FileHandle* handle) {
   fs.release(handle);
 }
 
+// What the kernel may read an open of a dataset file from itself (fusefs/passthrough.h).
+passthrough::Backing backing_for(const Filesystem& fs, const prefetch::OpenFile& file) {
+  if (file.from_cache) {
+    return passthrough::Backing::kCopy;
+  }
+  return fs.source_is_local(file.version) ? passthrough::Backing::kSource
+                                          : passthrough::Backing::kNone;
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fs_of(req).options().implicit_opens) {
     // --data-path no-open: from this answer on the kernel opens every file of the mount
@@ -305,16 +314,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // Read-only: the kernel need not send FLUSH on every close.
   fi->noflush = 1;
   if (!handle->is_control) {
-    // The kernel may read the copy, or the source, itself (fusefs/passthrough.h).
     const prefetch::OpenFile& file = handle->file;
-    const auto backing = file.from_cache                            ? passthrough::Backing::kCopy
-                         : fs_of(req).source_is_local(file.version) ? passthrough::Backing::kSource
-                                                                    : passthrough::Backing::kNone;
-    const passthrough::Opened pt = passthrough::begin_open(ino, file.fd.get(), backing);
+    const auto pt = passthrough::begin_open(ino, file.fd.get(), backing_for(fs_of(req), file));
     handle->backing_id = pt.backing_id;
     if (pt.reads_source) {
       // The kernel reads the source for this open without us: its bytes count at the open,
-      // whole (a trainer reads whole files), so the source's load stays in the stats.
+      // whole (a trainer reads whole files), so the source's load stays in the stats. Before
+      // the reply: once it is out, the file's RELEASE may free the handle at any moment.
       fs_of(req).count_passthrough_source(*handle);
     }
   }

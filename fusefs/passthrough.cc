@@ -23,9 +23,8 @@ using cachestore::LogLevel;
 namespace abi {
 constexpr uint32_t kPassthroughFlag2 = 1u << 5;  // FUSE_PASSTHROUGH = 1ULL << 37, in flags2
 constexpr uint32_t kOpenPassthrough = 1u << 7;   // FOPEN_PASSTHROUGH
-// The backing file (the cache's copy on a disk filesystem, or the source file) is one level
-// below the mount. A source that is itself stacked (overlayfs, a passthrough FUSE mount) is
-// refused by the kernel (ELOOP): its files are then read the classic way.
+// The backing file (the cache's copy, or a source file, on a local disk filesystem: see
+// Filesystem::source_is_local) is one level below the mount.
 constexpr uint32_t kMaxStackDepth = 1;
 
 struct InitOut {  // struct fuse_init_out
@@ -81,7 +80,6 @@ struct State {
   std::atomic<bool> offered{false};
   std::atomic<bool> negotiated{false};
   std::atomic<bool> disabled{false};
-  std::atomic<bool> source_refused{false};
   std::atomic<int> dev_fd{-1};
   std::atomic<uint64_t> opens{0};
   std::atomic<uint64_t> source_opens{0};
@@ -181,8 +179,7 @@ ssize_t io_splice(int fdin, off_t* offin, int fdout, off_t* offout, size_t len, 
   return ::splice(fdin, offin, fdout, offout, len, flags);
 }
 
-// Registers fd as a backing file; its id, or 0 (then passthrough may be off for good, or for
-// source files).
+// Registers fd as a backing file; its id, or 0 (then passthrough may be off for good).
 uint32_t register_backing(int fd, bool from_cache) {
   State& s = state();
   abi::BackingMap map{fd, 0, 0};
@@ -198,14 +195,8 @@ uint32_t register_backing(int fd, bool from_cache) {
                          : "the kernel refused to register a backing file";
     cachestore::log(LogLevel::kWarning, "data path: classic from now on (passthrough: %s)",
                     s.why.load());
-  } else if (!from_cache && !s.source_refused.exchange(true)) {
-    // A stacked source (ELOOP), or one whose files the kernel cannot read through: each later
-    // try would cost a failed ioctl per open. Cached copies still get passthrough.
-    cachestore::log(LogLevel::kInfo,
-                    "data path: source files are read through the daemon (the kernel refused "
-                    "one as a backing file: %s); cached copies still use passthrough",
-                    strerror(err));
   } else {
+    // This file only (a source file the kernel will not read through): a classic open.
     cachestore::log(LogLevel::kDebug, "passthrough: backing file refused: %s", strerror(err));
   }
   return 0;
@@ -251,9 +242,7 @@ Opened begin_open(uint64_t ino, int fd, Backing backing) {
   InodeOpens& inode = s.inodes[ino];
   if (inode.passthrough == 0) {
     const bool from_cache = backing == Backing::kCopy;
-    const bool may_register =
-        from_cache || (backing == Backing::kSource && !s.source_refused.load());
-    if (inode.cached == 0 && may_register && fd >= 0 && !s.disabled.load()) {
+    if (inode.cached == 0 && backing != Backing::kNone && fd >= 0 && !s.disabled.load()) {
       inode.backing_id = register_backing(fd, from_cache);
       inode.source = !from_cache;
     }

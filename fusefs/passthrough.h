@@ -42,14 +42,15 @@ const char* why_not();
 // a local filesystem: see Filesystem::source_is_local), or nothing (a classic open).
 enum class Backing { kCopy, kSource, kNone };
 
-// The backing id to give an open of inode ino, or 0 for a classic open. fd is the file the
-// open serves, of kind backing. It is registered as the inode's backing file unless the inode
-// is open in cached mode now: a miss is then read by the kernel from the source as a hit is
-// from the copy, with no READ reaching the daemon (the copy is made from a descriptor of its
-// own). A source the kernel refuses (stacked: ELOOP) is read the classic way from then on.
-// While an inode has passthrough opens, every open of it shares their backing id (the kernel
-// accepts nothing else), so an open of a copy made meanwhile reads the source until they end.
-// Every call is matched by one end_open.
+// How an open of inode ino is to be read: by the kernel from a backing file, or the classic
+// way (backing_id 0). fd is the file the open serves, of kind backing. It is registered as the
+// inode's backing file unless the inode is open in cached mode now: a miss is then read by the
+// kernel from the source as a hit is from the copy, with no READ reaching the daemon (the copy
+// is made from a descriptor of its own). While an inode has passthrough opens, every open of
+// it shares their backing id (the kernel accepts nothing else), so an open of a copy made
+// meanwhile reads the source until they end (reads_source). The registration holds the
+// connection's one lock for an ioctl (one per inode's first open and last release). Every
+// call is matched by one end_open.
 struct Opened {
   uint32_t backing_id = 0;    // 0: a classic open
   bool reads_source = false;  // the backing file is a source file (this open's or an earlier)

@@ -88,7 +88,12 @@ TEST_CASE("a file cached while a miss's open lasts is read from the source by it
   CHECK(stat_of(mount, "hits") == 1);
   CHECK(stat_of(mount, "data_path.source_passthrough_opens") == 2);
   CHECK(stat_of(mount, "bytes_from_source") == 2 * 110000);
-  // Once both are closed, the next open reads the copy.
+  // Once both are closed (the kernel sends RELEASE in the background), the next open reads
+  // the copy.
+  for (int i = 0; i < 500 && stat_of(mount, "data_path.backing_files") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(stat_of(mount, "data_path.backing_files") == 0);
   check_same(mount / "f0", dir / "src/f0");
   CHECK(stat_of(mount, "data_path.passthrough_opens") == 3);
   CHECK(stat_of(mount, "data_path.source_passthrough_opens") == 2);

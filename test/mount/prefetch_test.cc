@@ -488,7 +488,12 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   CHECK(stat_of(mount, "prefetch.last_publish.accepted") == kEntries);
   // Paced like a trainer, so the planner stays ahead of the reader.
   CHECK(read_order(mount, dir / "src", present, 2, std::chrono::microseconds(500)) == 0);
-  wait_settled(mount);  // with every entry missing, nothing was read: the planner may lag
+  // With every entry missing nothing was read, and the planner may not have reached one yet.
+  for (int i = 0; i < 500 && stat_of(mount, "prefetch.streams.default.rejected_entries") == 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  wait_settled(mount);
   const double rejected = stat_of(mount, "prefetch.streams.default.rejected_entries");
   CHECK(rejected > 0);
   CHECK(rejected <= missing);
