@@ -19,6 +19,8 @@ import operator
 import os
 import tempfile
 
+__version__ = "0.2.0"  # tools/python/pyproject.toml's version; a test checks they match
+
 __all__ = [
     "PublishError",
     "find_mount",
