@@ -9,6 +9,19 @@ Every order is written with a ``#count`` header: the daemon publishes it when th
 closed, and refuses it whole if fewer lines arrived (a writer killed mid-file never publishes
 a truncated order). Orders are streamed: a sequence of any length, or a generator (spooled to
 a temporary file to count it first), is written in pieces of about 1 MiB.
+
+A mount is shared by the jobs of a node, so every order and manifest also carries a ``#job``
+header: streams and manifests belong to a (user, job), two jobs may both have a stream
+``rank0``, and a job's streams are dropped when its last publishing process exits. The job is
+:func:`job_id` unless given: ``EPOCHFS_JOB``, else torchrun's ``TORCHELASTIC_RUN_ID``, else
+Slurm's ``SLURM_JOB_ID[.SLURM_STEP_ID]``, else ``pid<pid>`` (this process alone). Within a
+job, manifests have names (``#manifest``, ``default`` if not given), and an index-form order
+names the manifest its indices refer to. Daemons older than these headers read them as
+comments.
+
+:func:`publish` and :func:`set_manifest` raise when the daemon refuses (:class:`PublishError`,
+with its reason) or the mount cannot be written; the samplers of :mod:`epochfs.torch` turn
+that into one warning instead.
 """
 
 import errno
@@ -17,6 +30,7 @@ import json
 import numbers
 import operator
 import os
+import re
 import tempfile
 
 __version__ = "0.2.0"  # tools/python/pyproject.toml's version; a test checks they match
@@ -25,6 +39,7 @@ __all__ = [
     "PublishError",
     "find_mount",
     "is_epochfs",
+    "job_id",
     "publish",
     "set_manifest",
     "stats",
@@ -34,6 +49,9 @@ _CONTROL = ".epochfs"
 _counter = itertools.count()
 _CHUNK = 1 << 20  # bytes written per write() call
 _NOTHING = object()
+# The daemon's names (#job, #manifest, #stream): 1 to 64 of these characters.
+_NAME_MAX = 64
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class PublishError(OSError):
@@ -69,29 +87,66 @@ def stats(mount):
         return json.load(f)
 
 
-def set_manifest(mount, paths):
-    """Publishes the manifest: index ``i`` of an index-form order names ``paths[i]``.
+def job_id():
+    """The job this process publishes under, as the ``#job`` header names it.
+
+    The first that is set and not empty: ``EPOCHFS_JOB``; ``TORCHELASTIC_RUN_ID`` (torchrun;
+    its ``"none"`` is skipped); ``SLURM_JOB_ID``, with ``"." + SLURM_STEP_ID`` when that is
+    set; otherwise ``"pid"`` and this process's id. Characters other than ``A-Z a-z 0-9 . _ -``
+    become ``_`` and the name is cut to 64 bytes. All ranks of one torchrun or Slurm step get
+    the same job; without either, each process is a job of its own.
+    """
+    job = os.environ.get("EPOCHFS_JOB")
+    if not job:
+        run = os.environ.get("TORCHELASTIC_RUN_ID")
+        if run and run != "none":
+            job = run
+        elif os.environ.get("SLURM_JOB_ID"):
+            job = os.environ["SLURM_JOB_ID"]
+            if os.environ.get("SLURM_STEP_ID"):
+                job += "." + os.environ["SLURM_STEP_ID"]
+        else:
+            job = "pid%d" % os.getpid()
+    return _sanitize_name(job)
+
+
+def _sanitize_name(name):
+    """``name`` made a valid job, manifest or stream name: each character outside
+    ``A-Z a-z 0-9 . _ -`` replaced with ``_``, cut to 64 bytes."""
+    return _NAME_BAD.sub("_", name)[:_NAME_MAX]
+
+
+def set_manifest(mount, paths, *, name=None, job=None):
+    """Publishes a manifest: index ``i`` of an index-form order names ``paths[i]``.
 
     ``paths`` are relative to the mount's root (absolute paths inside the mount are made
-    relative).
+    relative). The manifest is stored as ``name`` (``"default"`` if None) within ``job``
+    (:func:`job_id` if None); an order publishes indices into it with the same ``manifest``
+    and ``job``. Raises like :func:`publish`.
     """
     root = _root(mount)
+    header = _header(job=job, manifest=name)
     lines, count = _counted((_relative(root, p) for p in paths), paths)
-    _write(root, "manifest", _header(count=count), lines)
+    _write(root, "manifest", header + ["#count %d" % count], lines)
 
 
-def publish(mount, order, *, epoch=None, stream=None):
+def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None):
     """Publishes one epoch's order.
 
     ``order`` is an iterable of paths (``str``, ``bytes`` or path-like; relative to the
-    mount's root, or absolute inside it) or of integer indices into the manifest
+    mount's root, or absolute inside it) or of integer indices into a manifest
     (:func:`set_manifest`; ``int`` or numpy integers), in the order the trainer will read
-    them. Its first item decides which. ``epoch`` defaults to one past the stream's newest;
-    ``stream`` names the reader (one per rank), ``"default"`` if None. Raises
-    :class:`PublishError` when the daemon refuses the order, ``ValueError`` for an order that
-    mixes indices and paths or a path with a line break.
+    them. Its first item decides which. ``epoch`` defaults to one past the stream's newest
+    (an epoch older than the stream's current one restarts the stream); ``stream`` names the
+    reader (one per rank), ``"default"`` if None; ``job`` is the job the stream belongs to,
+    :func:`job_id` if None; ``manifest`` names the job's manifest that indices refer to,
+    ``"default"`` if None. Raises :class:`PublishError` when the daemon refuses the order,
+    another ``OSError`` when the mount is gone or cannot be written, ``ValueError`` for an
+    order that mixes indices and paths, a path with a line break, or a name (stream, job,
+    manifest) that is not 1 to 64 of ``A-Z a-z 0-9 . _ -``.
     """
     root = _root(mount)
+    names = _header(job=job, manifest=manifest, stream=stream)
     items = iter(order)
     first = next(items, _NOTHING)
     items = itertools.chain([] if first is _NOTHING else [first], items)
@@ -100,7 +155,10 @@ def publish(mount, order, *, epoch=None, stream=None):
     else:
         form, lines = "paths", (_relative(root, p) for p in items)
     lines, count = _counted(lines, order)
-    header = _header(form=form, epoch=epoch, stream=stream, count=count)
+    header = ["#form " + form]
+    if epoch is not None:
+        header.append("#epoch %d" % int(epoch))
+    header += names + ["#count %d" % count]
     _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
 
 
@@ -150,17 +208,25 @@ def _relative(root, path):
     return path
 
 
-def _header(form=None, epoch=None, stream=None, count=None):
+def _header(job=None, manifest=None, stream=None):
+    """The name directives: ``#stream`` and ``#manifest`` when given, ``#job`` always."""
     lines = []
-    if form is not None:
-        lines.append("#form " + form)
-    if epoch is not None:
-        lines.append("#epoch %d" % int(epoch))
     if stream is not None:
-        lines.append("#stream " + str(stream))
-    if count is not None:
-        lines.append("#count %d" % count)
+        lines.append("#stream " + _checked_name("stream", stream))
+    lines.append("#job " + _checked_name("job", job_id() if job is None else job))
+    if manifest is not None:
+        lines.append("#manifest " + _checked_name("manifest", manifest))
     return lines
+
+
+def _checked_name(what, name):
+    # Checked here, not left to the daemon: it would skip a bad directive and file the order
+    # under the default job, stream or manifest, and a line break would forge other headers.
+    name = str(name)
+    if not name or len(name) > _NAME_MAX or _NAME_BAD.search(name):
+        raise ValueError("a %s name is 1 to %d of A-Z a-z 0-9 . _ -, not %r"
+                         % (what, _NAME_MAX, name))
+    return name
 
 
 def _write(root, name, header, lines):

@@ -1,7 +1,11 @@
-"""Fixtures: a generated ImageFolder dataset and a real epochfs mount of it.
+"""Fixtures: a generated ImageFolder dataset and a real epochfs mount of it; a fake mount.
 
 EPOCHFS_BINARY names the epochfs executable (ctest sets it). Every mount is unmounted at the
 end of its test, lazily if needed, even when the test fails.
+
+The fake mount is a directory that epochfs.find_mount takes for a mount (its .epochfs/stats
+is a regular file): what the helper writes into .epochfs/ stays there to be read back, so the
+header lines and entries it writes are checked without a daemon.
 """
 
 import os
@@ -41,6 +45,16 @@ class Mount:
         import epochfs
         return epochfs.stats(self.path)
 
+    def streams(self, job=None):
+        """{stream name: its stats} of ``job``'s streams (this process's job if None)."""
+        import epochfs
+        job = epochfs.job_id() if job is None else job
+        return {s["stream"]: s for s in self.stats()["prefetch"]["streams"].values()
+                if s["job"] == job}
+
+    def stream(self, name, job=None):
+        return self.streams(job)[name]
+
     def wait_idle(self):
         for _ in range(1000):
             if self.stats()["cache"]["copies_queued"] == 0:
@@ -74,3 +88,59 @@ def mount(workdir, image_source):
         yield m
     finally:
         m.unmount()
+
+
+def split_header(text):
+    """(header lines, entry lines) of a file the helper wrote."""
+    lines = text.splitlines()
+    n = 0
+    while n < len(lines) and lines[n].startswith("#"):
+        n += 1
+    return lines[:n], lines[n:]
+
+
+class FakeMount:
+    def __init__(self, path, monkeypatch):
+        import epochfs
+
+        self.path = path
+        self.control = os.path.join(path, ".epochfs")
+        os.makedirs(self.control)
+        with open(os.path.join(self.control, "stats"), "w") as f:
+            f.write("{}")
+        # Each manifest is written to the same name: keep a copy of each as it is written.
+        self.manifests = []
+        real = epochfs.set_manifest
+
+        def keep(*args, **kwargs):
+            real(*args, **kwargs)
+            with open(os.path.join(self.control, "manifest"), encoding="utf-8") as f:
+                self.manifests.append(split_header(f.read()))
+
+        monkeypatch.setattr(epochfs, "set_manifest", keep)
+
+    def orders(self):
+        """(header lines, entry lines) of every order written, oldest first."""
+        names = [n for n in os.listdir(self.control) if n.startswith("order-")]
+        out = []
+        for name in sorted(names, key=lambda n: [int(x) for x in n.split("-")[1:]]):
+            with open(os.path.join(self.control, name), encoding="utf-8") as f:
+                out.append(split_header(f.read()))
+        return out
+
+
+@pytest.fixture
+def fake_mount(workdir, monkeypatch):
+    return FakeMount(os.path.join(workdir, "fake"), monkeypatch)
+
+
+JOB_VARIABLES = ("EPOCHFS_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                 "EPOCHFS_STRICT")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No job or strict-mode variable from the environment the tests run in."""
+    for name in JOB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch

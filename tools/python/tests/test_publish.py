@@ -25,10 +25,9 @@ def test_is_epochfs_finds_the_mount_from_a_subdirectory(mount, workdir):
 def test_publish_paths(mount):
     paths = files_of(mount.path)[:10]
     epochfs.publish(os.path.join(mount.path, "train"), paths, epoch=3, stream="r0")
-    s = mount.stats()["prefetch"]
-    assert s["last_publish"]["accepted"] == 10
-    assert s["streams"]["r0"]["epoch"] == 3
-    assert s["streams"]["r0"]["epoch_length"] == 10
+    assert mount.stats()["prefetch"]["last_publish"]["accepted"] == 10
+    assert mount.stream("r0")["epoch"] == 3
+    assert mount.stream("r0")["epoch_length"] == 10
 
 
 def test_publish_absolute_paths_inside_the_mount(mount):

@@ -61,7 +61,7 @@ def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeyp
     second = loader_paths(loader)
     assert second == [paths[i] for i in published[1]]
     assert published[0] != published[1]
-    epoch = mount.stats()["prefetch"]["streams"]["default"]["this_epoch"]
+    epoch = mount.stream("default")["this_epoch"]
     assert epoch["epoch"] == 1
     assert epoch["opens"] == len(paths)
     assert epoch["hits"] >= 0.95 * len(paths)
@@ -99,13 +99,15 @@ def test_distributed_sampler_matches_torch_and_publishes_ahead(mount):
     for epoch in range(3):
         ours.set_epoch(epoch)
         theirs.set_epoch(epoch)
-        stream = mount.stats()["prefetch"]["streams"]["rank1"]
+        stream = mount.stream("rank1")
         # The next epoch is queued as soon as this one is set, before set_epoch(epoch + 1).
         assert stream["epochs_queued"] >= 1
         assert list(ours) == list(theirs)
         loader_paths(DataLoader(ds, sampler=ours, batch_size=8, num_workers=2))
 
 
+# One rank of a torchrun job: it publishes, prints its order and, like a trainer, stays until
+# told to end (a job's streams are dropped when its processes have exited).
 RANK_SCRIPT = """
 import os, sys, json
 sys.path.insert(0, %(pkg)r)
@@ -114,7 +116,8 @@ ds = torchvision.datasets.ImageFolder(%(data)r, loader=lambda p: p)
 s = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=int(sys.argv[1]),
                                                data_dir=%(data)r)
 s.set_epoch(0)
-print(json.dumps([ds.samples[i][0] for i in s]))
+print(json.dumps([ds.samples[i][0] for i in s]), flush=True)
+sys.stdin.read()
 """
 
 
@@ -124,14 +127,20 @@ def test_two_ranks_publish_their_own_streams_covering_the_dataset(mount):
     data = os.path.join(mount.path, "train")
     pkg = os.path.dirname(os.path.dirname(epochfs.__file__))
     script = RANK_SCRIPT % {"pkg": pkg, "data": data}
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE)
-             for r in (0, 1)]
-    orders = [json.loads(p.communicate()[0]) for p in procs]
+    env = dict(os.environ, TORCHELASTIC_RUN_ID="two-ranks")
+    env.pop("EPOCHFS_JOB", None)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env) for r in (0, 1)]
+    try:
+        orders = [json.loads(p.stdout.readline()) for p in procs]
+        streams = [mount.stream("rank%d" % r, "two-ranks") for r in (0, 1)]
+    finally:
+        for p in procs:
+            p.communicate(b"")
     assert all(p.returncode == 0 for p in procs)
-    streams = mount.stats()["prefetch"]["streams"]
-    for r in (0, 1):
-        assert streams["rank%d" % r]["epoch"] == 0
-        assert streams["rank%d" % r]["epoch_length"] == len(orders[r])
-        assert streams["rank%d" % r]["epochs_queued"] == 1
+    for r, stream in enumerate(streams):
+        assert stream["epoch"] == 0
+        assert stream["epoch_length"] == len(orders[r])
+        assert stream["epochs_queued"] == 1
     everything = set(epochfs.torch.dataset_paths(path_folder(data)))
     assert set(orders[0]) | set(orders[1]) == everything
