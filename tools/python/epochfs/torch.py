@@ -8,13 +8,26 @@ Two lines in a training script::
 
 or, for distributed training, ``DistributedPublishingSampler(dataset, ...)`` in place of
 ``DistributedSampler(dataset, ...)``. The index of a sample is its position in ``paths``;
-the paths are published once as the mount's manifest, and each epoch as indices into it.
+the paths are published once as a manifest, and each epoch as indices into it.
+
+Names. Orders and manifests belong to the job of :func:`epochfs.job_id`, computed when the
+sampler is made (in the main process, before DataLoader workers copy it). Within the job,
+each sampler is named after its data dir relative to the mount's root, its *tag*:
+``<mount>/train`` gives ``train``, ``<mount>/imagenet/val`` gives ``imagenet.val``, the root
+itself ``root`` (characters other than ``A-Z a-z 0-9 . _ -`` become ``_``; at most 64 bytes).
+So a training and a validation loader of one job never share an order or a manifest. A second
+sampler of the same process with the same tag but a different list of paths gets the tag
+``.2`` (then ``.3``, ...); one with the same paths shares the tag. The manifest is named
+after the tag. ``PublishingSampler`` publishes the stream ``<tag>`` (or its ``stream=``
+argument, which then names the manifest too), ``DistributedPublishingSampler`` the stream
+``<tag>.rank<rank>``: ``train.rank0``, ``train.rank1``, ... in ``epochfs stats``.
 
 When the data dir is not on an epochfs mount, the samplers warn once and otherwise behave
 exactly like the sampler they wrap, so one script runs with and without epochfs.
 """
 
 import os
+import threading
 import warnings
 
 import torch.utils.data
@@ -43,27 +56,62 @@ def dataset_paths(dataset):
     raise TypeError("cannot find the files of %s: give the paths explicitly" % type(dataset))
 
 
+# Tags given in this process: (mount, tag) -> the path lists that have it, the first
+# without a suffix, the second with ".2", ...; each list as its length and hash.
+_tags = {}
+_tags_lock = threading.Lock()
+
+
+def _tag(mount, data_dir, paths):
+    """(base, suffix): the data dir's name relative to the mount and its de-duplicating
+    suffix (``""``, ``".2"``, ...) among this process's samplers."""
+    rel = os.path.relpath(os.path.abspath(data_dir), mount)
+    base = "root" if rel == os.curdir else epochfs._sanitize_name(rel.replace(os.sep, "."))
+    key = (len(paths), hash(tuple(paths)))
+    with _tags_lock:
+        owners = _tags.setdefault((mount, base), [])
+        if key not in owners:
+            owners.append(key)
+        n = owners.index(key) + 1
+    return base, "" if n == 1 else ".%d" % n
+
+
+def _named(base, suffix):
+    # Cuts the base, not the suffix, so that a de-duplicated or per-rank name stays distinct.
+    return base[:epochfs._NAME_MAX - len(suffix)] + suffix
+
+
 class _Publisher:
     """Publishes orders of one stream to the mount holding ``data_dir``, or does nothing
-    (after one warning) when there is no such mount."""
+    (after one warning) when there is no such mount. Names: see the module's docstring."""
 
-    def __init__(self, data_dir, paths, stream):
-        self.stream = stream
+    def __init__(self, data_dir, paths, *, stream=None, rank=None):
         self.mount = epochfs.find_mount(data_dir)
         self.paths = [os.fspath(p) for p in paths]
+        # Fixed here, in the main process: a worker or a changed environment changes nothing.
+        self.job = epochfs.job_id()
+        self.stream = self.manifest = None
         self.manifest_set = False
         self.published = set()
         if self.mount is None:
             warnings.warn("%s is not on an epochfs mount: the order is not published" % data_dir,
                           RuntimeWarning, stacklevel=3)
+        elif stream is not None:
+            self.stream = self.manifest = stream
+        else:
+            base, suffix = _tag(self.mount, data_dir, self.paths)
+            self.manifest = _named(base, suffix)
+            self.stream = _named(base, suffix + ("" if rank is None else ".rank%d" % rank))
 
     def publish(self, epoch, indices):
         if self.mount is None or epoch in self.published:
             return
         if not self.manifest_set:
-            epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths])
+            epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths],
+                                 name=self.manifest, job=self.job)
             self.manifest_set = True
-        epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch, stream=self.stream)
+        epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch, stream=self.stream,
+                        job=self.job, manifest=self.manifest)
         self.published.add(epoch)
         # Epochs behind the newest two will not be published again: forget them.
         self.published = {e for e in self.published if e >= epoch - 1}
@@ -78,19 +126,30 @@ class _Publisher:
         return state
 
 
-class PublishingSampler(torch.utils.data.Sampler):
+class _Names:
+    """What a sampler publishes under, read from its publisher (None when not on a mount)."""
+
+    job = property(lambda self: self._publisher.job)
+    stream = property(lambda self: self._publisher.stream)
+    manifest = property(lambda self: self._publisher.manifest)
+
+
+class PublishingSampler(_Names, torch.utils.data.Sampler):
     """Wraps any sampler: at each ``__iter__`` it materialises the epoch's order, publishes
     it, and yields exactly the indices the wrapped sampler yields.
 
     ``paths[i]`` is the file of sample ``i`` (absolute, or relative to the mount's root).
     Epochs are numbered from 0 in the order of ``__iter__`` calls, or set by ``set_epoch``.
+    The stream and the manifest are named after the data dir (``train`` for
+    ``<mount>/train``), or ``stream`` if given. ``job``, ``stream`` and ``manifest`` are
+    read-only attributes.
     """
 
     def __init__(self, sampler, data_dir, paths, *, stream=None):
         self.sampler = sampler
         self.epoch = 0
         self._explicit_epoch = False
-        self._publisher = _Publisher(data_dir, paths, stream)
+        self._publisher = _Publisher(data_dir, paths, stream=stream)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -110,7 +169,7 @@ class PublishingSampler(torch.utils.data.Sampler):
         return len(self.sampler)
 
 
-class DistributedPublishingSampler(torch.utils.data.DistributedSampler):
+class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
     """``DistributedSampler`` that publishes its rank's order as its own stream.
 
     Same constructor arguments and the same order for a given seed, epoch, rank,
@@ -118,6 +177,8 @@ class DistributedPublishingSampler(torch.utils.data.DistributedSampler):
     next epoch's order is published ahead of time: epochfs stages across the epoch boundary.
     ``data_dir`` and ``paths`` come after the usual arguments (``paths`` defaults to
     :func:`dataset_paths` of the dataset).
+    The stream is ``<tag>.rank<rank>`` (``train.rank1`` for rank 1 of ``<mount>/train``), the
+    manifest ``<tag>``; all ranks of a torchrun or Slurm step share one job.
     """
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
@@ -126,7 +187,7 @@ class DistributedPublishingSampler(torch.utils.data.DistributedSampler):
                          seed=seed, drop_last=drop_last)
         if paths is None:
             paths = dataset_paths(dataset)
-        self._publisher = _Publisher(data_dir, paths, "rank%d" % self.rank)
+        self._publisher = _Publisher(data_dir, paths, rank=self.rank)
 
     def _order(self, epoch):
         saved, self.epoch = self.epoch, epoch

@@ -10,10 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler  # noqa: E402
+from torch.utils.data import (  # noqa: E402
+    DataLoader, DistributedSampler, RandomSampler, SequentialSampler)
 
 import epochfs  # noqa: E402
 import epochfs.torch  # noqa: E402
+from conftest import Mount, make_images  # noqa: E402
 
 
 def read_path(path):
@@ -61,7 +63,8 @@ def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeyp
     second = loader_paths(loader)
     assert second == [paths[i] for i in published[1]]
     assert published[0] != published[1]
-    epoch = mount.stream("default")["this_epoch"]
+    assert sampler.stream == "train"
+    epoch = mount.stream("train")["this_epoch"]
     assert epoch["epoch"] == 1
     assert epoch["opens"] == len(paths)
     assert epoch["hits"] >= 0.95 * len(paths)
@@ -75,6 +78,30 @@ def test_the_wrapper_yields_exactly_what_the_wrapped_sampler_yields(mount):
     for _ in range(3):
         assert list(wrapped) == list(plain)
     assert len(wrapped) == len(plain)
+
+
+def test_a_training_and_a_validation_loader_keep_their_own_orders(workdir, image_source):
+    make_images(os.path.join(image_source, "val"), files=24)
+    mount = Mount(image_source, os.path.join(workdir, "mnt"), os.path.join(workdir, "cache"))
+    try:
+        loaders = {}
+        for name, sampler in (("train", seeded), ("val", SequentialSampler)):
+            ds = path_folder(os.path.join(mount.path, name))
+            paths = epochfs.torch.dataset_paths(ds)
+            s = epochfs.torch.PublishingSampler(sampler(ds), os.path.join(mount.path, name),
+                                                paths)
+            loaders[name] = (DataLoader(ds, sampler=s, batch_size=8), paths)
+        for epoch in range(2):
+            for name, (loader, paths) in loaders.items():
+                assert sorted(loader_paths(loader)) == sorted(paths)
+                # Epoch 1's order is indices only: they must name the loader's own manifest,
+                # not the one the other loader published last.
+                last = mount.stats()["prefetch"]["last_publish"]
+                assert (last["stream"], last["epoch"]) == (name, epoch)
+                assert (last["accepted"], last["rejected"]) == (len(paths), 0)
+        assert sorted(mount.streams()) == ["train", "val"]
+    finally:
+        mount.unmount()
 
 
 def test_outside_epochfs_one_warning_and_the_same_order(image_source):
@@ -95,11 +122,12 @@ def test_distributed_sampler_matches_torch_and_publishes_ahead(mount):
     ds = path_folder(data)
     ours = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=1, seed=3,
                                                       data_dir=data)
+    assert ours.stream == "train.rank1"
     theirs = DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
     for epoch in range(3):
         ours.set_epoch(epoch)
         theirs.set_epoch(epoch)
-        stream = mount.stream("rank1")
+        stream = mount.stream("train.rank1")
         # The next epoch is queued as soon as this one is set, before set_epoch(epoch + 1).
         assert stream["epochs_queued"] >= 1
         assert list(ours) == list(theirs)
@@ -116,7 +144,7 @@ ds = torchvision.datasets.ImageFolder(%(data)r, loader=lambda p: p)
 s = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=int(sys.argv[1]),
                                                data_dir=%(data)r)
 s.set_epoch(0)
-print(json.dumps([ds.samples[i][0] for i in s]), flush=True)
+print(json.dumps([s.job, s.stream, [ds.samples[i][0] for i in s]]), flush=True)
 sys.stdin.read()
 """
 
@@ -132,8 +160,11 @@ def test_two_ranks_publish_their_own_streams_covering_the_dataset(mount):
     procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, env=env) for r in (0, 1)]
     try:
-        orders = [json.loads(p.stdout.readline()) for p in procs]
-        streams = [mount.stream("rank%d" % r, "two-ranks") for r in (0, 1)]
+        ranks = [json.loads(p.stdout.readline()) for p in procs]
+        assert [r[:2] for r in ranks] == [["two-ranks", "train.rank0"],
+                                          ["two-ranks", "train.rank1"]]
+        orders = [r[2] for r in ranks]
+        streams = [mount.stream("train.rank%d" % r, "two-ranks") for r in (0, 1)]
     finally:
         for p in procs:
             p.communicate(b"")
