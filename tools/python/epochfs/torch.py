@@ -22,8 +22,13 @@ after the tag. ``PublishingSampler`` publishes the stream ``<tag>`` (or its ``st
 argument, which then names the manifest too), ``DistributedPublishingSampler`` the stream
 ``<tag>.rank<rank>``: ``train.rank0``, ``train.rank1``, ... in ``epochfs stats``.
 
-When the data dir is not on an epochfs mount, the samplers warn once and otherwise behave
-exactly like the sampler they wrap, so one script runs with and without epochfs.
+Publishing is a hint. When the data dir is not on an epochfs mount, the samplers warn once
+and otherwise behave exactly like the sampler they wrap, so one script runs with and without
+epochfs. When publishing fails (the daemon refuses an order, say over a limit, or the control
+directory cannot be written), a sampler warns once with the mount and the reason, keeps
+yielding exactly the wrapped sampler's indices, and counts later failures silently in
+``publish_failures``; training goes on, without prefetch for that loader. ``strict=True``, or
+``EPOCHFS_STRICT=1`` in the environment, raises the error instead (for tests).
 """
 
 import os
@@ -62,6 +67,12 @@ _tags = {}
 _tags_lock = threading.Lock()
 
 
+def _strict(strict):
+    if strict is not None:
+        return bool(strict)
+    return os.environ.get("EPOCHFS_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _tag(mount, data_dir, paths):
     """(base, suffix): the data dir's name relative to the mount and its de-duplicating
     suffix (``""``, ``".2"``, ...) among this process's samplers."""
@@ -85,14 +96,16 @@ class _Publisher:
     """Publishes orders of one stream to the mount holding ``data_dir``, or does nothing
     (after one warning) when there is no such mount. Names: see the module's docstring."""
 
-    def __init__(self, data_dir, paths, *, stream=None, rank=None):
+    def __init__(self, data_dir, paths, *, stream=None, rank=None, strict=None):
         self.mount = epochfs.find_mount(data_dir)
         self.paths = [os.fspath(p) for p in paths]
         # Fixed here, in the main process: a worker or a changed environment changes nothing.
         self.job = epochfs.job_id()
+        self.strict = _strict(strict)
         self.stream = self.manifest = None
         self.manifest_set = False
         self.published = set()
+        self.publish_failures = 0
         if self.mount is None:
             warnings.warn("%s is not on an epochfs mount: the order is not published" % data_dir,
                           RuntimeWarning, stacklevel=3)
@@ -106,15 +119,29 @@ class _Publisher:
     def publish(self, epoch, indices):
         if self.mount is None or epoch in self.published:
             return
-        if not self.manifest_set:
-            epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths],
-                                 name=self.manifest, job=self.job)
-            self.manifest_set = True
-        epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch, stream=self.stream,
-                        job=self.job, manifest=self.manifest)
+        # Counted as published even if it fails: a refused epoch is not retried at every call.
         self.published.add(epoch)
         # Epochs behind the newest two will not be published again: forget them.
         self.published = {e for e in self.published if e >= epoch - 1}
+        try:
+            if not self.manifest_set:
+                epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths],
+                                     name=self.manifest, job=self.job)
+                self.manifest_set = True
+            epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch,
+                            stream=self.stream, job=self.job, manifest=self.manifest)
+        except (OSError, ValueError) as e:
+            # A hint failed, never the training run: a refusal (a limit, a bad name), an
+            # unwritable control dir, a full disk, or a mount gone.
+            self.publish_failures += 1
+            if self.strict:
+                raise
+            if self.publish_failures == 1:
+                warnings.warn(
+                    "epochfs: publishing stream %s (job %s) to %s failed: %s; training "
+                    "continues without prefetch for this loader (later failures are not "
+                    "reported)" % (self.stream, self.job, self.mount, e),
+                    RuntimeWarning, stacklevel=3)
 
     def _absolute(self, path):
         return path if os.path.isabs(path) else os.path.join(self.mount, path)
@@ -132,6 +159,7 @@ class _Names:
     job = property(lambda self: self._publisher.job)
     stream = property(lambda self: self._publisher.stream)
     manifest = property(lambda self: self._publisher.manifest)
+    publish_failures = property(lambda self: self._publisher.publish_failures)
 
 
 class PublishingSampler(_Names, torch.utils.data.Sampler):
@@ -141,15 +169,16 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
     ``paths[i]`` is the file of sample ``i`` (absolute, or relative to the mount's root).
     Epochs are numbered from 0 in the order of ``__iter__`` calls, or set by ``set_epoch``.
     The stream and the manifest are named after the data dir (``train`` for
-    ``<mount>/train``), or ``stream`` if given. ``job``, ``stream`` and ``manifest`` are
-    read-only attributes.
+    ``<mount>/train``), or ``stream`` if given. ``strict``: raise when publishing fails
+    instead of warning once (default: ``EPOCHFS_STRICT=1`` in the environment).
+    ``job``, ``stream``, ``manifest`` and ``publish_failures`` are read-only attributes.
     """
 
-    def __init__(self, sampler, data_dir, paths, *, stream=None):
+    def __init__(self, sampler, data_dir, paths, *, stream=None, strict=None):
         self.sampler = sampler
         self.epoch = 0
         self._explicit_epoch = False
-        self._publisher = _Publisher(data_dir, paths, stream=stream)
+        self._publisher = _Publisher(data_dir, paths, stream=stream, strict=strict)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -175,19 +204,19 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
     Same constructor arguments and the same order for a given seed, epoch, rank,
     num_replicas, shuffle and drop_last. The order is a function of seed and epoch, so the
     next epoch's order is published ahead of time: epochfs stages across the epoch boundary.
-    ``data_dir`` and ``paths`` come after the usual arguments (``paths`` defaults to
-    :func:`dataset_paths` of the dataset).
+    ``data_dir``, ``paths`` and ``strict`` come after the usual arguments (``paths`` defaults
+    to :func:`dataset_paths` of the dataset; ``strict`` as for :class:`PublishingSampler`).
     The stream is ``<tag>.rank<rank>`` (``train.rank1`` for rank 1 of ``<mount>/train``), the
     manifest ``<tag>``; all ranks of a torchrun or Slurm step share one job.
     """
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
-                 drop_last=False, *, data_dir, paths=None):
+                 drop_last=False, *, data_dir, paths=None, strict=None):
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
                          seed=seed, drop_last=drop_last)
         if paths is None:
             paths = dataset_paths(dataset)
-        self._publisher = _Publisher(data_dir, paths, rank=self.rank)
+        self._publisher = _Publisher(data_dir, paths, rank=self.rank, strict=strict)
 
     def _order(self, epoch):
         saved, self.epoch = self.epoch, epoch

@@ -1,14 +1,16 @@
-"""The samplers' names (job, stream, manifest) on a fake mount: the header lines and entries
-written are read back, no daemon needed."""
+"""The samplers' names (job, stream, manifest), publishing as a hint, and strict mode, on a fake
+mount: the header lines and entries written are read back, no daemon needed."""
 
+import errno
 import os
 import pickle
+import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils.data import DistributedSampler, RandomSampler  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler  # noqa: E402
 
 import epochfs  # noqa: E402
 import epochfs.torch  # noqa: E402
@@ -126,3 +128,89 @@ def test_the_job_is_fixed_when_the_sampler_is_made(clean_env, fake_mount):
     assert copy.job == "77"
     copy.set_epoch(1)  # a copy never publishes
     assert len(fake_mount.orders()) == 2
+
+
+def refuse(monkeypatch, error):
+    calls = []
+
+    def publish(*args, **kwargs):
+        calls.append(kwargs)
+        raise error
+
+    monkeypatch.setattr(epochfs, "publish", publish)
+    return calls
+
+
+def test_a_refusal_warns_once_and_the_indices_stay_exact(clean_env, fake_mount):
+    calls = refuse(clean_env, epochfs.PublishError(
+        errno.EINVAL, "job 77: 65 streams, 1 over its limit of 64", "order-1"))
+    sampler = publishing(fake_mount, "train")
+    with pytest.warns(RuntimeWarning) as caught:
+        got = [list(sampler) for _ in range(3)]
+    plain = seeded()
+    assert got == [list(plain) for _ in range(3)]
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert fake_mount.path in message and "stream train" in message
+    assert "1 over its limit of 64" in message
+    assert "training continues without prefetch for this loader" in message
+    assert sampler.publish_failures == len(calls) == 3
+
+
+def test_an_unwritable_control_dir_warns_once_and_training_goes_on(clean_env, fake_mount):
+    # The real writer fails: the manifest's name is taken by a directory (root ignores modes).
+    os.mkdir(os.path.join(fake_mount.control, "manifest"))
+    with pytest.warns(RuntimeWarning, match="Is a directory.*training continues") as caught:
+        ours = distributed(fake_mount, 1, "train")
+        got = []
+        for epoch in range(3):
+            ours.set_epoch(epoch)
+            loader = DataLoader(list(range(N)), sampler=ours, batch_size=4, num_workers=2)
+            got.append([int(i) for batch in loader for i in batch])
+    assert len(caught) == 1
+    theirs = DistributedSampler(range(N), num_replicas=2, rank=1, seed=3)
+    want = []
+    for epoch in range(3):
+        theirs.set_epoch(epoch)
+        want.append(list(theirs))
+    assert got == want
+    assert ours.publish_failures == 4  # epochs 0 to 3, each tried once
+    assert fake_mount.orders() == []
+
+
+@pytest.mark.parametrize("error", [PermissionError(errno.EACCES, "Permission denied"),
+                                   FileNotFoundError(errno.ENOENT, "No such file"),
+                                   OSError(errno.ENOSPC, "No space left on device")])
+def test_any_os_error_is_a_warning(clean_env, fake_mount, error):
+    def set_manifest(*args, **kwargs):
+        raise error
+
+    clean_env.setattr(epochfs, "set_manifest", set_manifest)
+    sampler = publishing(fake_mount, "train")
+    with pytest.warns(RuntimeWarning, match=error.strerror):
+        assert list(sampler) == list(seeded())
+
+
+def test_a_bad_explicit_stream_is_a_warning(clean_env, fake_mount):
+    sampler = publishing(fake_mount, "train", stream="my stream")
+    with pytest.warns(RuntimeWarning, match="name is 1 to 64"):
+        assert list(sampler) == list(seeded())
+
+
+def test_strict_raises(clean_env, fake_mount):
+    refuse(clean_env, epochfs.PublishError(errno.EINVAL, "refused", "order-1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(epochfs.PublishError, match="refused"):
+            list(publishing(fake_mount, "train", strict=True))
+        with pytest.raises(epochfs.PublishError, match="refused"):
+            distributed(fake_mount, 0, "train", strict=True).set_epoch(0)
+        clean_env.setenv("EPOCHFS_STRICT", "1")
+        with pytest.raises(epochfs.PublishError, match="refused"):
+            list(publishing(fake_mount, "train"))
+        sampler = publishing(fake_mount, "train", strict=False)
+    with pytest.warns(RuntimeWarning, match="refused"):
+        list(sampler)
+    clean_env.setenv("EPOCHFS_STRICT", "0")
+    with pytest.warns(RuntimeWarning, match="refused"):
+        list(publishing(fake_mount, "train"))

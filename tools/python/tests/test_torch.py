@@ -53,7 +53,7 @@ def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeyp
     data = os.path.join(mount.path, "train")
     ds = path_folder(data)
     paths = epochfs.torch.dataset_paths(ds)
-    sampler = epochfs.torch.PublishingSampler(seeded(ds), data, paths)
+    sampler = epochfs.torch.PublishingSampler(seeded(ds), data, paths, strict=True)
     loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=4)
 
     first = loader_paths(loader)
@@ -74,7 +74,8 @@ def test_the_wrapper_yields_exactly_what_the_wrapped_sampler_yields(mount):
     data = os.path.join(mount.path, "train")
     ds = path_folder(data)
     plain = seeded(ds)
-    wrapped = epochfs.torch.PublishingSampler(seeded(ds), data, epochfs.torch.dataset_paths(ds))
+    wrapped = epochfs.torch.PublishingSampler(seeded(ds), data, epochfs.torch.dataset_paths(ds),
+                                              strict=True)
     for _ in range(3):
         assert list(wrapped) == list(plain)
     assert len(wrapped) == len(plain)
@@ -89,7 +90,7 @@ def test_a_training_and_a_validation_loader_keep_their_own_orders(workdir, image
             ds = path_folder(os.path.join(mount.path, name))
             paths = epochfs.torch.dataset_paths(ds)
             s = epochfs.torch.PublishingSampler(sampler(ds), os.path.join(mount.path, name),
-                                                paths)
+                                                paths, strict=True)
             loaders[name] = (DataLoader(ds, sampler=s, batch_size=8), paths)
         for epoch in range(2):
             for name, (loader, paths) in loaders.items():
@@ -121,7 +122,7 @@ def test_distributed_sampler_matches_torch_and_publishes_ahead(mount):
     data = os.path.join(mount.path, "train")
     ds = path_folder(data)
     ours = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=1, seed=3,
-                                                      data_dir=data)
+                                                      data_dir=data, strict=True)
     assert ours.stream == "train.rank1"
     theirs = DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
     for epoch in range(3):
@@ -155,7 +156,7 @@ def test_two_ranks_publish_their_own_streams_covering_the_dataset(mount):
     data = os.path.join(mount.path, "train")
     pkg = os.path.dirname(os.path.dirname(epochfs.__file__))
     script = RANK_SCRIPT % {"pkg": pkg, "data": data}
-    env = dict(os.environ, TORCHELASTIC_RUN_ID="two-ranks")
+    env = dict(os.environ, TORCHELASTIC_RUN_ID="two-ranks", EPOCHFS_STRICT="1")
     env.pop("EPOCHFS_JOB", None)
     procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, env=env) for r in (0, 1)]
