@@ -116,9 +116,14 @@ class _Publisher:
             self.manifest = _named(base, suffix)
             self.stream = _named(base, suffix + ("" if rank is None else ".rank%d" % rank))
 
-    def publish(self, epoch, indices):
-        if self.mount is None or epoch in self.published:
+    def publish(self, epoch, indices, again=False):
+        """Publishes ``epoch``'s order, unless it was already (``again``: even then)."""
+        if self.mount is None or (epoch in self.published and not again):
             return
+        if self.published and epoch < max(self.published):
+            # A rerun or a restart from a checkpoint: the daemon restarts the stream at this
+            # epoch and drops the newer ones, which must then be published again.
+            self.published = set()
         # Counted as published even if it fails: a refused epoch is not retried at every call.
         self.published.add(epoch)
         # Epochs behind the newest two will not be published again: forget them.
@@ -188,7 +193,9 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
 
     def __iter__(self):
         order = list(iter(self.sampler))
-        self._publisher.publish(self.epoch, order)
+        # Every draw is published, the same epoch's too: a new draw may be a new order, and
+        # the trainer starts it from the first entry either way.
+        self._publisher.publish(self.epoch, order, again=True)
         if not self._explicit_epoch:
             self.epoch += 1
         self._explicit_epoch = False

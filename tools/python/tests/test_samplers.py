@@ -130,6 +130,26 @@ def test_the_job_is_fixed_when_the_sampler_is_made(clean_env, fake_mount):
     assert len(fake_mount.orders()) == 2
 
 
+def test_every_draw_is_published(clean_env, fake_mount):
+    sampler = publishing(fake_mount, "train")
+    draws = []
+    for _ in range(2):
+        sampler.set_epoch(5)
+        draws.append([str(i) for i in sampler])
+    orders = fake_mount.orders()
+    assert [h[1] for h, _ in orders] == ["#epoch 5", "#epoch 5"]
+    assert [e for _, e in orders] == draws and draws[0] != draws[1]
+
+
+def test_a_restart_from_an_older_epoch_publishes_the_next_ones_again(clean_env, fake_mount):
+    ours = distributed(fake_mount, 0, "train")
+    for epoch in (0, 1, 2, 1, 2):
+        ours.set_epoch(epoch)
+        list(ours)
+    assert [h[1] for h, _ in fake_mount.orders()] == [
+        "#epoch %d" % e for e in (0, 1, 2, 3, 1, 2, 3)]
+
+
 def refuse(monkeypatch, error):
     calls = []
 
