@@ -34,7 +34,9 @@ struct stat control_attr(InodeId id) {
   st.st_uid = getuid();
   st.st_gid = getgid();
   if (id == kControlDirId) {
-    st.st_mode = S_IFDIR | 0755;  // writable: new files publish orders
+    // Writable by every user who can reach it: any reader of the dataset may publish orders
+    // for their own jobs (prefetch/jobs.h keeps each user's apart). Sticky, as /tmp is.
+    st.st_mode = S_IFDIR | S_ISVTX | 0777;
     st.st_nlink = 2;
   } else if (is_upload(id)) {
     st.st_mode = S_IFREG | 0200;  // an order being written
@@ -145,6 +147,10 @@ void epoch_fields(std::ostringstream& out, int indent, const prefetch::EpochReco
 
 void stream_fields(std::ostringstream& out, const prefetch::StreamStats& st) {
   JsonObject o(out, 6);
+  o.field("stream", st.name);
+  o.field("job", st.job);
+  o.field("user", st.uid);
+  o.field("restarts", st.restarts);
   o.field("active", st.view.active);
   o.field("epoch", st.view.epoch);
   o.field("epoch_length", st.view.epoch_length);
@@ -171,6 +177,9 @@ void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   JsonObject o(out, 2);
   o.field("publishes", p.publishes);
   o.field("publish_failures", p.publish_failures);
+  o.field("publishes_over_limit", p.publishes_over_limit);
+  o.field("jobs", p.jobs);
+  o.field("jobs_ended", p.jobs_ended);
   if (p.last_publish) {
     JsonObject last(o.start("last_publish"), 4);
     last.field("ok", p.last_publish->ok);

@@ -239,7 +239,8 @@ void Filesystem::release(FileHandle* file) {
   files_.remove(file);
 }
 
-Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name) {
+Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,
+                                        const Caller& caller) {
   if (parent != kControlDirId) {
     return Status::error(kReadOnlyError, "create");
   }
@@ -262,7 +263,8 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name) {
   handle->is_control = true;
   handle->upload =
       engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
-                                                 : prefetch::OrderUpload::Kind::kOrder);
+                                                 : prefetch::OrderUpload::Kind::kOrder,
+                           prefetch::Publisher::of(caller.uid, caller.pid));
   const InodeId id = next_upload_id_.fetch_add(1, std::memory_order_relaxed);
   return CreateResult{Entry{id, control_attr(id)}, files_.add(std::move(handle))};
 }

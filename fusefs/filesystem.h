@@ -77,6 +77,12 @@ struct FileHandle {
   cachestore::Mutex upload_mu;  // writes and flushes of one handle may come from two threads
 };
 
+// Who sent a request (the kernel's word: fuse_req_ctx).
+struct Caller {
+  uid_t uid = 0;
+  pid_t pid = 0;  // the calling thread; 0 if it is in another pid namespace
+};
+
 struct CreateResult {
   Entry entry;
   FileHandle* handle;  // owned by the Filesystem until release()
@@ -133,9 +139,10 @@ class Filesystem {
   // of a control file) sees content of its own time, read by read the same document.
   struct stat control_file_attr(InodeId id);
   std::string control_file_read(InodeId id, uint64_t offset, size_t size);
-  // A new file in the control directory: an upload of an order (or of the manifest). EROFS
-  // anywhere else.
-  cachestore::Result<CreateResult> create(InodeId parent, std::string_view name);
+  // A new file in the control directory: an upload of an order (or of the manifest) into a
+  // job of caller's (prefetch/jobs.h). EROFS anywhere else.
+  cachestore::Result<CreateResult> create(InodeId parent, std::string_view name,
+                                          const Caller& caller);
   // Data written to an upload; EROFS for any other file.
   cachestore::Status write(FileHandle& file, uint64_t offset, std::string_view data);
   // The writer closed one of its descriptors: an upload with bytes in it is published now;

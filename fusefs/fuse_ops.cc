@@ -500,7 +500,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t /*mode*/,
                fuse_file_info* fi) {
   Filesystem& fs = fs_of(req);
-  auto created = fs.create(parent, name);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  auto created = fs.create(parent, name, Caller{ctx->uid, ctx->pid});
   if (!created.is_ok()) {
     reply_status(req, created.status());
     return;

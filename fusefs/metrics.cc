@@ -189,7 +189,8 @@ void stream_metrics(Exposition& e, const prefetch::EngineStats& s) {
   for (const auto& f : kStreamFamilies) {
     e.family(f.name, f.type, f.help);
     for (const auto& st : s.planner.streams) {
-      e.sample(f.value(st), "{stream=\"" + label_value(st.view.id) + "\"}");
+      e.sample(f.value(st), "{stream=\"" + label_value(st.name) + "\",job=\"" +
+                                label_value(st.job) + "\",uid=\"" + std::to_string(st.uid) + "\"}");
     }
   }
 }

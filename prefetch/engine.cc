@@ -35,6 +35,7 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
   planner.lookahead = options_.lookahead;
   planner.stage_threads = options_.stage_threads;
   planner.cache_capacity = cache_ ? cache_->stats().capacity_bytes : 0;
+  planner.limits = options_.limits;
   planner_ = std::make_unique<Planner>(planner);
   if (cache_) {
     cache_->set_policy(std::make_unique<cachestore::NextUsePolicy>(*planner_));
@@ -52,8 +53,9 @@ void Engine::start() {
     planner_->start(this);
   }
   if (!options_.shuffle_file.empty() && !watch_) {
-    auto watch = OrderWatch::start(options_.shuffle_file,
-                                   [this] { return begin_upload(OrderUpload::Kind::kOrder); });
+    auto watch = OrderWatch::start(options_.shuffle_file, [this] {
+      return begin_upload(OrderUpload::Kind::kOrder, Publisher::mount());
+    });
     if (watch.is_ok()) {
       watch_ = std::move(watch).value();
     } else {
@@ -71,8 +73,8 @@ Engine::~Engine() {
   cache_.reset();
 }
 
-std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind) {
-  return std::make_unique<OrderUpload>(kind, registry_, *planner_);
+std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publisher publisher) {
+  return std::make_unique<OrderUpload>(kind, std::move(publisher), registry_, *planner_);
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
@@ -89,7 +91,9 @@ std::optional<struct stat> Engine::fresh_attributes(const std::string& rel_path)
   if (!cache_) {
     return std::nullopt;
   }
-  auto st = fresh_.get(registry_.id_of(rel_path), trusted_since_ns());
+  // find, not id_of: a lookup of a name that does not exist must leave nothing behind.
+  const auto id = registry_.find(rel_path);
+  auto st = id ? fresh_.get(*id, trusted_since_ns()) : std::nullopt;
   if (st) {
     fresh_lookups_.fetch_add(1, kRelaxed);
   }

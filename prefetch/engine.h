@@ -67,6 +67,8 @@ struct EngineOptions {
   double stuck_copy_s = 2;
   // A shuffle file outside the mount, published again at each new version (--shuffle-file).
   std::string shuffle_file;
+  // What one job or user may hold, and when a quiet job ends (prefetch/jobs.h).
+  JobLimits limits;
 };
 
 // A file opened for reading.
@@ -144,8 +146,9 @@ class Engine final : public PrefetchSink {
 
   EngineStats stats() const;
 
-  // A new upload of an order or a manifest (a write into .epochfs/, or a watched file).
-  std::unique_ptr<OrderUpload> begin_upload(OrderUpload::Kind kind);
+  // A new upload of an order or a manifest (a write into .epochfs/, or a watched file), by
+  // publisher (its job owns what it publishes: prefetch/jobs.h).
+  std::unique_ptr<OrderUpload> begin_upload(OrderUpload::Kind kind, Publisher publisher);
 
   // PrefetchSink, for the planner.
   unsigned prefetch_slots() override;

@@ -31,6 +31,15 @@ FileId FileRegistry::id_of(std::string_view path) {
   return id;
 }
 
+std::optional<FileId> FileRegistry::find(std::string_view path) const {
+  MutexLock lock(mu_);
+  if (index_.empty()) {
+    return std::nullopt;
+  }
+  const FileId id = index_[find_slot(path, hash_of(path))];
+  return id == kEmpty ? std::nullopt : std::optional<FileId>(id);
+}
+
 const char* FileRegistry::store_path(std::string_view path) {
   const size_t need = path.size() + 1;
   if (chunk_used_ + need > kChunkBytes) {

@@ -36,6 +36,8 @@ class FileRegistry {
  public:
   // The id of path, assigned on first use.
   FileId id_of(std::string_view path);
+  // The id of path if it has one; assigns none.
+  std::optional<FileId> find(std::string_view path) const;
 
   // Records the version of id read from the source at now_ns.
   void observe(FileId id, const FileVersion& version, int64_t now_ns);

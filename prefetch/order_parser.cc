@@ -228,8 +228,8 @@ void OrderParser::directive(std::string_view text) {
     ended_ = true;
     return;
   }
-  const bool known =
-      keyword == "form" || keyword == "epoch" || keyword == "stream" || keyword == "count";
+  const bool known = keyword == "form" || keyword == "epoch" || keyword == "stream" ||
+                     keyword == "count" || keyword == "job" || keyword == "manifest";
   if (!known || entries_started()) {
     return;  // a comment, or a directive after the entries began: ignored
   }
@@ -252,10 +252,13 @@ void OrderParser::directive(std::string_view text) {
       field = v;
     }
   } else {
-    duplicate = header_.stream.has_value();
+    auto& field = keyword == "stream" ? header_.stream
+                  : keyword == "job"  ? header_.job
+                                      : header_.manifest;
+    duplicate = field.has_value();
     ok = valid_stream_id(value);
     if (ok && !duplicate) {
-      header_.stream = std::string(value);
+      field = std::string(value);
     }
   }
   // A repeated directive is ignored without a report: the first one counts, which is how

@@ -4,7 +4,8 @@
 // only the current line, so a 10-million-line order costs memory only for the schedule its
 // sink builds. Lines end with LF or CRLF. A line is one of:
 //   - blank: ignored;
-//   - `#keyword value` before the first entry, with keyword one of form, epoch, stream, count:
+//   - `#keyword value` before the first entry, with keyword one of form, epoch, stream, count,
+//     job, manifest:
 //     a directive (the first of each keyword wins, later ones are ignored);
 //   - `#end`: the end marker; lines after it are rejected;
 //   - any other line starting with `#`: a comment;
@@ -42,6 +43,10 @@ struct OrderHeader {
   std::optional<uint64_t> epoch;
   std::optional<std::string> stream;
   std::optional<uint64_t> count;
+  // The job the upload belongs to (prefetch/jobs.h); without it, the writer's session.
+  std::optional<std::string> job;
+  // A manifest's name within its job; for an index-form order, the manifest it indexes.
+  std::optional<std::string> manifest;
 };
 
 // What was skipped, for stats and the log: counts by reason and the first few examples.

@@ -6,8 +6,9 @@
 
 namespace epochfs::prefetch {
 
-OrderUpload::OrderUpload(Kind kind, FileRegistry& registry, Planner& planner)
+OrderUpload::OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner)
     : kind_(kind),
+      publisher_(std::move(publisher)),
       registry_(registry),
       planner_(planner),
       parser_([this](std::string_view entry, uint64_t line) { add_entry(entry, line); }, &rejects_,
@@ -31,15 +32,15 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   if (kind_ == Kind::kManifest) {
     // Index i names the i-th entry line: a rejected line keeps its index, as kNoFile.
     entries_.resize(parser_.entry_lines() - 1, Planner::kNoFile);
-    entries_.push_back(registry_.id_of(entry));
+    entries_.push_back(id_or_pending(entry));
     return;
   }
   if (parser_.form() == OrderForm::kPaths) {
-    entries_.push_back(registry_.id_of(entry));
+    entries_.push_back(id_or_pending(entry));
     return;
   }
   if (!manifest_) {
-    manifest_ = planner_.manifest();
+    manifest_ = planner_.manifest(publisher_, parser_.header());
   }
   const uint32_t index = *parse_index(entry);
   if (!manifest_) {
@@ -53,30 +54,74 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   }
 }
 
+FileId OrderUpload::id_or_pending(std::string_view path) {
+  if (auto id = registry_.find(path)) {
+    return *id;
+  }
+  if (pending_ends_.size() >= kPending - 2) {
+    return registry_.id_of(path);  // past 2^31 new paths in one upload: register at once
+  }
+  pending_paths_.append(path);
+  pending_ends_.push_back(static_cast<uint32_t>(pending_paths_.size()));
+  return kPending | static_cast<FileId>(pending_ends_.size() - 1);
+}
+
+void OrderUpload::register_pending() {
+  if (pending_ends_.empty()) {
+    return;
+  }
+  std::vector<FileId> ids(pending_ends_.size());
+  uint32_t begin = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] =
+        registry_.id_of(std::string_view(pending_paths_).substr(begin, pending_ends_[i] - begin));
+    begin = pending_ends_[i];
+  }
+  for (FileId& e : entries_) {
+    if (e != Planner::kNoFile && (e & kPending) != 0) {
+      e = ids[e & ~kPending];
+    }
+  }
+  pending_paths_ = {};
+  pending_ends_ = {};
+}
+
+PublishReport OrderUpload::refuse(std::string message) {
+  PublishReport r;
+  r.stream = parser_.header().stream.value_or(kind_ == Kind::kManifest ? "manifest" : "");
+  r.message = std::move(message);
+  r.rejects = std::move(rejects_);
+  return planner_.refuse(std::move(r));
+}
+
 const PublishReport& OrderUpload::finish() {
   if (report_) {
     return *report_;
   }
   cachestore::Status parsed = parser_.finish();
   if (broken_ || !parsed.is_ok()) {
-    PublishReport r;
-    r.stream = parser_.header().stream.value_or(kind_ == Kind::kManifest ? "manifest" : "");
-    r.message = "not published: " + (broken_ ? *broken_ : parsed.context());
-    r.rejects = std::move(rejects_);
-    report_ = planner_.refuse(std::move(r));
+    report_ = refuse("not published: " + (broken_ ? *broken_ : parsed.context()));
     return *report_;
+  }
+  if (!entries_.empty()) {
+    // Checked again when published; here so that an upload over a limit registers nothing.
+    cachestore::Status admitted =
+        planner_.admits(publisher_, parser_.header(), kind_ == Kind::kManifest, entries_.size());
+    if (!admitted.is_ok()) {
+      report_ = refuse("not published: " + admitted.context());
+      return *report_;
+    }
+    register_pending();
   }
   if (kind_ == Kind::kManifest) {
     entries_.resize(parser_.entry_lines(), Planner::kNoFile);
-    report_ = planner_.publish_manifest(std::move(entries_), std::move(rejects_));
+    report_ = planner_.publish_manifest(publisher_, parser_.header(), std::move(entries_),
+                                        std::move(rejects_));
   } else if (entries_.empty()) {
-    PublishReport r;
-    r.stream = parser_.header().stream.value_or("");
-    r.message = "not published: no usable entries";
-    r.rejects = std::move(rejects_);
-    report_ = planner_.refuse(std::move(r));
+    report_ = refuse("not published: no usable entries");
   } else {
-    report_ = planner_.publish(parser_.header(), std::move(entries_), std::move(rejects_));
+    report_ =
+        planner_.publish(publisher_, parser_.header(), std::move(entries_), std::move(rejects_));
   }
   return *report_;
 }

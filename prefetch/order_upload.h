@@ -1,9 +1,11 @@
 // OrderUpload: one shuffle file or manifest on its way in, from any channel (a file written into
 // <mount>/.epochfs/, the file watched by --shuffle-file, `epochfs publish`).
 //
-// Bytes are parsed as they arrive (OrderParser), and each entry is mapped to a file id at once,
-// so an upload holds the schedule it builds and nothing of the text. finish() publishes the
-// result through the Planner, or refuses it whole when the file was cut short (#count).
+// Bytes are parsed as they arrive (OrderParser), and each entry naming a known file is mapped to
+// its id at once, so an upload holds the schedule it builds and little of the text. A path the
+// registry has never seen is kept aside and registered only when the upload is admitted: a
+// refused upload (cut short, over a limit) leaves nothing in the registry. finish() publishes
+// the result through the Planner, or refuses it whole when the file was cut short (#count).
 //
 // Thread-safety: none; one upload is written by one writer at a time (its FUSE handle's lock).
 #pragma once
@@ -25,7 +27,7 @@ class OrderUpload {
  public:
   enum class Kind { kOrder, kManifest };
 
-  OrderUpload(Kind kind, FileRegistry& registry, Planner& planner);
+  OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner);
 
   // Adds bytes written at offset. An upload is written front to back: a write at any other
   // offset fails with EINVAL and the upload will not publish.
@@ -42,13 +44,23 @@ class OrderUpload {
 
  private:
   void add_entry(std::string_view entry, uint64_t line);
+  // The id of path if the registry knows it, else a pending entry (kPending | its index).
+  FileId id_or_pending(std::string_view path);
+  // Registers the pending paths and puts their ids in place.
+  void register_pending();
+  PublishReport refuse(std::string message);
+
+  static constexpr FileId kPending = FileId{1} << 31;
 
   const Kind kind_;
+  const Publisher publisher_;
   FileRegistry& registry_;
   Planner& planner_;
   RejectReport rejects_;
   OrderParser parser_;
   std::vector<FileId> entries_;
+  std::string pending_paths_;                            // new paths, each ended by a NUL
+  std::vector<uint32_t> pending_ends_;                   // the end of each in pending_paths_
   std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
   uint64_t next_offset_ = 0;
   std::optional<std::string> broken_;  // why the upload cannot publish

@@ -16,6 +16,8 @@ using cachestore::now_ns;
 namespace {
 
 constexpr char kDefaultStream[] = "default";
+constexpr char kDefaultManifest[] = "default";
+constexpr int64_t kJobSweepNs = 1'000'000'000;
 constexpr int64_t kRateWindowNs = 1'000'000'000;
 constexpr auto kIdlePoll = std::chrono::milliseconds(50);
 // Before anything was measured: a network file system's copy of a small file.
@@ -37,7 +39,7 @@ void add_record(EpochRecord& to, const EpochRecord& from) {
 
 }  // namespace
 
-Planner::Planner(PlannerOptions options) : options_(options) {}
+Planner::Planner(PlannerOptions options) : options_(options), jobs_(options.limits) {}
 
 Planner::~Planner() { stop(); }
 
@@ -73,6 +75,7 @@ void Planner::run() {
       dirty_ = false;
     }
     try {
+      end_finished_jobs();
       plan_pass();
     } catch (const std::bad_alloc&) {
       // Out of memory: skip this pass; the reads themselves never depend on prefetch.
@@ -91,6 +94,9 @@ void Planner::plan_pass() {
       for (bool found = true; found && picks.size() < budget;) {
         found = false;
         for (size_t s = 0; s < schedule_.stream_count() && picks.size() < budget; ++s) {
+          if (!schedule_.stream_live(s)) {
+            continue;
+          }
           const uint64_t window = window_for(s);
           if (window == 0) {
             continue;
@@ -156,31 +162,138 @@ PublishReport Planner::record(PublishReport report) {
   return report;
 }
 
-PublishReport Planner::publish(const OrderHeader& header, std::vector<FileId> entries,
-                               RejectReport rejects) {
+Job* Planner::job_of(const Publisher& publisher, const OrderHeader& header, PublishReport* report) {
+  auto job = jobs_.job_for(publisher, header.job, now_ns());
+  if (!job.is_ok()) {
+    ++publishes_over_limit_;
+    report->message = "not published: " + job.status().context();
+    return nullptr;
+  }
+  return job.value();
+}
+
+uint64_t Planner::user_entries(uid_t uid) const {
+  uint64_t n = 0;
+  for (const auto& [key, job] : jobs_.all()) {
+    if (key.first != uid) {
+      continue;
+    }
+    for (size_t s : job.streams) {
+      n += schedule_.stream_entries(s);
+    }
+    for (const auto& [name, m] : job.manifests) {
+      n += m->size();
+    }
+  }
+  return n;
+}
+
+cachestore::Status Planner::admission(const Job& job, const OrderHeader& header, bool manifest,
+                                      uint64_t entries) const {
+  uint64_t freed = 0;  // what the upload replaces goes as it comes
+  size_t new_streams = 0;
+  if (manifest) {
+    auto old = job.manifests.find(header.manifest.value_or(kDefaultManifest));
+    freed = old == job.manifests.end() ? 0 : old->second->size();
+  } else {
+    const auto existing =
+        schedule_.find_stream(Jobs::stream_key(job, header.stream.value_or(kDefaultStream)));
+    new_streams = existing ? 0 : 1;
+    if (existing && header.epoch && *header.epoch < schedule_.view(*existing).epoch) {
+      freed = schedule_.stream_entries(*existing);  // a restart drops what was queued
+    }
+  }
+  return jobs_.check(job, new_streams, entries, freed, user_entries(job.uid));
+}
+
+cachestore::Status Planner::admits(const Publisher& publisher, const OrderHeader& header,
+                                   bool manifest, uint64_t entries) {
+  MutexLock lock(mu_);
+  cachestore::Status verdict = cachestore::Status::ok();
+  if (const Job* job = jobs_.find(publisher, header.job)) {
+    verdict = admission(*job, header, manifest, entries);
+  } else {
+    verdict = jobs_.check_new_job(publisher);
+    if (verdict.is_ok()) {
+      Job blank;
+      blank.uid = publisher.uid;
+      blank.name = header.job.value_or("");
+      verdict = admission(blank, header, manifest, entries);
+    }
+  }
+  if (!verdict.is_ok()) {
+    ++publishes_over_limit_;
+  }
+  return verdict;
+}
+
+void Planner::reset_stream(size_t stream) {
+  if (streams_.size() <= stream) {
+    streams_.resize(stream + 1);
+    rates_.resize(stream + 1);
+    epoch_started_ns_.resize(stream + 1, now_ns());
+    stream_job_.resize(stream + 1, nullptr);
+  }
+  streams_[stream] = StreamStats{};
+  rates_[stream] = Rate{};
+  epoch_started_ns_[stream] = now_ns();
+  stream_job_[stream] = nullptr;
+}
+
+PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
+                               std::vector<FileId> entries, RejectReport rejects) {
   PublishReport report;
   report.stream = header.stream.value_or(kDefaultStream);
   report.accepted = entries.size();
   report.rejects = std::move(rejects);
   {
     MutexLock lock(mu_);
-    auto published = schedule_.publish(report.stream, header.epoch, std::move(entries));
+    Job* job = job_of(publisher, header, &report);
+    cachestore::Status admitted = cachestore::Status::ok();
+    std::string key;
+    if (job != nullptr) {
+      key = Jobs::stream_key(*job, report.stream);
+      admitted = admission(*job, header, false, entries.size());
+      if (!admitted.is_ok()) {
+        ++publishes_over_limit_;
+      }
+    }
+    auto published =
+        job == nullptr || !admitted.is_ok()
+            ? cachestore::Result<Schedule::Published>(
+                  job == nullptr ? cachestore::Status::error(EDQUOT, report.message) : admitted)
+            : schedule_.publish(key, header.epoch, std::move(entries));
     if (!published.is_ok()) {
-      report.message =
-          "stream " + report.stream + ": not published: " + published.status().context();
+      const std::string why =
+          job == nullptr ? report.message : "not published: " + published.status().context();
+      report.message = "stream " + report.stream + ": " + why;
+      if (job != nullptr && job->streams.empty() && job->manifests.empty()) {
+        jobs_.erase(*job);  // a refused first upload leaves nothing behind
+      }
       report = record(std::move(report));
     } else {
       const auto& p = published.value();
       report.ok = true;
       report.epoch = p.epoch;
-      report.message = "stream " + report.stream + " epoch " + std::to_string(p.epoch) + ": " +
-                       std::to_string(report.accepted) + " entries published" +
-                       (p.replaced ? " (replacing the earlier order)" : "") + ", " +
-                       std::to_string(report.rejects.total) + " skipped";
-      if (streams_.size() <= p.stream) {
-        streams_.resize(p.stream + 1);
-        rates_.resize(p.stream + 1);
-        epoch_started_ns_.resize(p.stream + 1, now_ns());
+      report.message = "job " + job->name + " stream " + report.stream + " epoch " +
+                       std::to_string(p.epoch) + ": " + std::to_string(report.accepted) +
+                       " entries published" +
+                       (p.restarted  ? " (restarting the stream)"
+                        : p.replaced ? " (replacing the earlier order)"
+                                     : "") +
+                       ", " + std::to_string(report.rejects.total) + " skipped";
+      if (p.new_stream) {
+        reset_stream(p.stream);
+        stream_job_[p.stream] = job;
+        job->streams.push_back(p.stream);
+        streams_[p.stream].name = report.stream;
+        streams_[p.stream].job = job->name;
+        streams_[p.stream].uid = job->uid;
+      }
+      if (p.restarted) {
+        ++streams_[p.stream].restarts;
+        streams_[p.stream].current = EpochRecord{};
+        epoch_started_ns_[p.stream] = now_ns();
       }
       note_rejects(p.stream, report.rejects);
       if (streams_[p.stream].current.opens == 0) {
@@ -201,19 +314,33 @@ PublishReport Planner::publish(const OrderHeader& header, std::vector<FileId> en
   return report;
 }
 
-PublishReport Planner::publish_manifest(std::vector<FileId> manifest, RejectReport rejects) {
+PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderHeader& header,
+                                        std::vector<FileId> manifest, RejectReport rejects) {
   PublishReport report;
+  const std::string name = header.manifest.value_or(kDefaultManifest);
   report.stream = "manifest";
-  report.ok = !manifest.empty();
   report.accepted = manifest.size();
   report.rejects = std::move(rejects);
-  report.message = report.ok ? "manifest: " + std::to_string(manifest.size()) + " paths, " +
-                                   std::to_string(report.rejects.total) + " skipped"
-                             : "manifest: no entries; not published";
   {
     MutexLock lock(mu_);
-    if (report.ok) {
-      manifest_ = std::make_shared<const std::vector<FileId>>(std::move(manifest));
+    Job* job = manifest.empty() ? nullptr : job_of(publisher, header, &report);
+    if (manifest.empty()) {
+      report.message = "manifest: no entries; not published";
+    } else if (job != nullptr) {
+      cachestore::Status admitted = admission(*job, header, true, manifest.size());
+      if (!admitted.is_ok()) {
+        ++publishes_over_limit_;
+        report.message = "manifest " + name + ": not published: " + admitted.context();
+        if (job->streams.empty() && job->manifests.empty()) {
+          jobs_.erase(*job);
+        }
+      } else {
+        report.ok = true;
+        report.message = "job " + job->name + " manifest " + name + ": " +
+                         std::to_string(manifest.size()) + " paths, " +
+                         std::to_string(report.rejects.total) + " skipped";
+        job->manifests[name] = std::make_shared<const std::vector<FileId>>(std::move(manifest));
+      }
     }
     report = record(std::move(report));
   }
@@ -233,9 +360,75 @@ PublishReport Planner::refuse(PublishReport report) {
   return report;
 }
 
-std::shared_ptr<const std::vector<FileId>> Planner::manifest() const {
+std::shared_ptr<const std::vector<FileId>> Planner::manifest(const Publisher& publisher,
+                                                             const OrderHeader& header) const {
   MutexLock lock(mu_);
-  return manifest_;
+  const Job* job = jobs_.find(publisher, header.job);
+  if (job == nullptr) {
+    return nullptr;
+  }
+  auto m = job->manifests.find(header.manifest.value_or(kDefaultManifest));
+  return m == job->manifests.end() ? nullptr : m->second;
+}
+
+void Planner::end_job(Job& job) {
+  for (size_t s : job.streams) {
+    schedule_.drop_stream(s);
+    reset_stream(s);
+  }
+  cachestore::log(LogLevel::kInfo, "job %s of user %u ended: %zu streams and %zu manifests dropped",
+                  job.name.c_str(), static_cast<unsigned>(job.uid), job.streams.size(),
+                  job.manifests.size());
+  ++jobs_ended_;
+  jobs_.erase(job);
+  dirty_ = true;
+}
+
+void Planner::end_finished_jobs() {
+  struct Candidate {
+    std::pair<uid_t, std::string> key;
+    std::vector<ProcessRef> anchors;
+    int64_t last_active_ns;
+  };
+
+  std::vector<Candidate> candidates;
+  const int64_t now = now_ns();
+  {
+    MutexLock lock(mu_);
+    if (now - last_sweep_ns_ < kJobSweepNs) {
+      return;
+    }
+    last_sweep_ns_ = now;
+    for (const auto& [key, job] : jobs_.all()) {
+      if (!job.permanent) {
+        candidates.push_back(Candidate{key, job.anchors, job.last_active_ns});
+      }
+    }
+  }
+  // /proc is read without the lock: a publish racing this sweep adds an anchor or activity,
+  // which the check below sees.
+  const auto idle_ns = static_cast<int64_t>(jobs_.limits().idle_timeout_s * 1e9);
+  std::vector<Candidate> ended;
+  for (auto& c : candidates) {
+    const bool idle = now - c.last_active_ns > idle_ns;
+    const bool exited = !c.anchors.empty() && std::none_of(c.anchors.begin(), c.anchors.end(),
+                                                           [](const auto& p) { return alive(p); });
+    if (idle || exited) {
+      ended.push_back(std::move(c));
+    }
+  }
+  if (ended.empty()) {
+    return;
+  }
+  MutexLock lock(mu_);
+  for (const auto& c : ended) {
+    auto it = jobs_.all().find(c.key);
+    if (it != jobs_.all().end() && it->second.anchors == c.anchors &&
+        it->second.last_active_ns == c.last_active_ns) {
+      end_job(it->second);
+    }
+  }
+  wake_.notify_one();
 }
 
 void Planner::note_rejects(size_t stream, const RejectReport& rejects) {
@@ -269,6 +462,9 @@ std::optional<size_t> Planner::on_open(FileId id) {
   }
   const size_t s = match->stream;
   const int64_t now = now_ns();
+  if (stream_job_[s] != nullptr) {
+    stream_job_[s]->last_active_ns = now;
+  }
   const auto view = schedule_.view(s);
   if (view.active && (match->new_epoch || view.epoch != streams_[s].current.epoch)) {
     finish_epoch(s, now);
@@ -290,6 +486,9 @@ std::optional<size_t> Planner::on_open(FileId id) {
 
 void Planner::count_open(size_t stream, const OpenOutcome& outcome) {
   MutexLock lock(mu_);
+  if (stream >= streams_.size()) {
+    return;
+  }
   EpochRecord& cur = streams_[stream].current;
   ++cur.opens;
   outcome.hit ? ++cur.hits : ++cur.misses;
@@ -301,12 +500,16 @@ void Planner::count_open(size_t stream, const OpenOutcome& outcome) {
 
 void Planner::count_source_bytes(size_t stream, uint64_t bytes) {
   MutexLock lock(mu_);
-  streams_[stream].current.bytes_from_source += bytes;
+  if (stream < streams_.size()) {  // a stream of an ended job may be gone
+    streams_[stream].current.bytes_from_source += bytes;
+  }
 }
 
 void Planner::count_copy_started(size_t stream) {
   MutexLock lock(mu_);
-  ++streams_[stream].current.copies_started;
+  if (stream < streams_.size()) {
+    ++streams_[stream].current.copies_started;
+  }
 }
 
 void Planner::copy_finished(int64_t latency_ns, uint64_t bytes) {
@@ -329,6 +532,9 @@ void Planner::reject_entry(size_t stream, const std::string& path, const std::st
   uint64_t n;
   {
     MutexLock lock(mu_);
+    if (stream >= streams_.size()) {
+      return;
+    }
     n = ++streams_[stream].rejected_entries;
   }
   if (n <= kRejectLogLines) {
@@ -345,12 +551,14 @@ uint64_t Planner::next_use(FileId id) {
 PlannerStats Planner::stats() const {
   MutexLock lock(mu_);
   PlannerStats out;
-  out.streams = streams_;
   // Empty files measured so far must not make the mean 0 (a division below).
   const double mean_bytes =
       copies_measured_ > 0 ? std::max(1.0, mean_file_bytes_) : kInitialFileBytes;
-  for (size_t s = 0; s < out.streams.size(); ++s) {
-    StreamStats& st = out.streams[s];
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    if (!schedule_.stream_live(s)) {
+      continue;
+    }
+    StreamStats& st = out.streams.emplace_back(streams_[s]);
     st.view = schedule_.view(s);
     st.window_files = window_for(s);
     st.rate_files_s = rates_[s].per_s;
@@ -365,7 +573,14 @@ PlannerStats Planner::stats() const {
   out.publishes = publishes_;
   out.publish_failures = publish_failures_;
   out.last_publish = last_publish_;
-  out.manifest_entries = manifest_ ? manifest_->size() : 0;
+  for (const auto& [key, job] : jobs_.all()) {
+    for (const auto& [name, m] : job.manifests) {
+      out.manifest_entries += m->size();
+    }
+  }
+  out.jobs = jobs_.all().size();
+  out.jobs_ended = jobs_ended_;
+  out.publishes_over_limit = publishes_over_limit_;
   out.schedule_entries = schedule_.entries_held();
   out.schedule_bytes = schedule_.memory_bytes();
   out.unscheduled_opens = unscheduled_opens_;

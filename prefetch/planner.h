@@ -28,6 +28,7 @@
 #include "cachestore/eviction_policy.h"
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
+#include "prefetch/jobs.h"
 #include "prefetch/order_parser.h"
 #include "prefetch/schedule.h"
 
@@ -52,6 +53,7 @@ struct PlannerOptions {
   Lookahead lookahead;
   unsigned stage_threads = 128;
   uint64_t cache_capacity = UINT64_MAX;
+  JobLimits limits;
 };
 
 // One epoch of a stream, as it went.
@@ -69,7 +71,10 @@ struct EpochRecord {
 };
 
 struct StreamStats {
-  Schedule::StreamView view;
+  Schedule::StreamView view;  // view.id: the schedule's key, unique over users and jobs
+  std::string name;           // as the order named it (#stream)
+  std::string job;
+  uint64_t uid = 0;
   EpochRecord current;
   EpochRecord total;
   std::vector<EpochRecord> history;  // finished epochs, newest last, at most kHistory
@@ -78,6 +83,7 @@ struct StreamStats {
   double rate_files_s = 0;  // consumption rate
   double lead_s = 0;        // planned_ahead / rate
   double hit_rate_bound = 1;
+  uint64_t restarts = 0;  // publishes of an epoch older than the current one
 };
 
 struct PublishReport {
@@ -99,6 +105,9 @@ struct PlannerStats {
   uint64_t schedule_bytes = 0;
   uint64_t unscheduled_opens = 0;
   double copy_latency_s = 0;
+  uint64_t jobs = 0;        // jobs holding streams or manifests now
+  uint64_t jobs_ended = 0;  // since the mount: their processes exited, or they went idle
+  uint64_t publishes_over_limit = 0;
 };
 
 // How an open was served, for the stream's counters.
@@ -121,17 +130,33 @@ class Planner final : public cachestore::NextUseOracle {
   void start(PrefetchSink* sink);
   void stop();
 
-  // Publishes a parsed order (entries already mapped to file ids).
-  PublishReport publish(const OrderHeader& header, std::vector<FileId> entries,
-                        RejectReport rejects);
-  // Publishes a manifest: index i of an index-form order names manifest[i]. Entries rejected
-  // while parsing keep their index as kNoFile.
-  PublishReport publish_manifest(std::vector<FileId> manifest, RejectReport rejects);
+  // Publishes a parsed order (entries already mapped to file ids) into the job of publisher
+  // that header names (prefetch/jobs.h).
+  PublishReport publish(const Publisher& publisher, const OrderHeader& header,
+                        std::vector<FileId> entries, RejectReport rejects);
+  // Publishes a manifest, header.manifest's (or "default") of its job: index i of an
+  // index-form order names manifest[i]. Entries rejected while parsing keep their index as
+  // kNoFile.
+  PublishReport publish_manifest(const Publisher& publisher, const OrderHeader& header,
+                                 std::vector<FileId> manifest, RejectReport rejects);
   static constexpr FileId kNoFile = UINT32_MAX;
   // Records (and logs) an upload that cannot be published; report.message says why.
   PublishReport refuse(PublishReport report);
 
-  std::shared_ptr<const std::vector<FileId>> manifest() const;
+  // Whether an upload of `entries` entries (a manifest's, or an order's) by publisher with this
+  // header is within the limits now (prefetch/jobs.h); publish checks again. A refusal is
+  // counted in publishes_over_limit.
+  cachestore::Status admits(const Publisher& publisher, const OrderHeader& header, bool manifest,
+                            uint64_t entries);
+
+  // The manifest an index-form order of publisher with this header indexes; null if none.
+  std::shared_ptr<const std::vector<FileId>> manifest(const Publisher& publisher,
+                                                      const OrderHeader& header) const;
+
+  // Ends the jobs whose processes have all exited or that have been idle too long: their
+  // streams and manifests go, and their copies become ordinary cache entries. The planning
+  // thread calls it every second; tests may call it directly.
+  void end_finished_jobs();
 
   // A reader opened id. The stream it advanced, if any.
   std::optional<size_t> on_open(FileId id);
@@ -156,6 +181,14 @@ class Planner final : public cachestore::NextUseOracle {
 
   void run();
   void plan_pass();
+  void end_job(Job& job) REQUIRES(mu_);
+  uint64_t user_entries(uid_t uid) const REQUIRES(mu_);
+  cachestore::Status admission(const Job& job, const OrderHeader& header, bool manifest,
+                               uint64_t entries) const REQUIRES(mu_);
+  void reset_stream(size_t stream) REQUIRES(mu_);
+  // The job publisher's upload belongs to, or a refusal in *report.
+  Job* job_of(const Publisher& publisher, const OrderHeader& header, PublishReport* report)
+      REQUIRES(mu_);
   uint64_t window_for(size_t stream) const REQUIRES(mu_);
   void note_rejects(size_t stream, const RejectReport& rejects) REQUIRES(mu_);
   void finish_epoch(size_t stream, int64_t now) REQUIRES(mu_);
@@ -166,7 +199,8 @@ class Planner final : public cachestore::NextUseOracle {
   mutable cachestore::Mutex mu_;
   cachestore::CondVar wake_{&mu_};
   Schedule schedule_ GUARDED_BY(mu_);
-  std::shared_ptr<const std::vector<FileId>> manifest_ GUARDED_BY(mu_);
+  Jobs jobs_ GUARDED_BY(mu_);
+  std::vector<Job*> stream_job_ GUARDED_BY(mu_);  // by schedule slot; null if free
   std::vector<StreamStats> streams_ GUARDED_BY(mu_);
   std::vector<Rate> rates_ GUARDED_BY(mu_);
   std::vector<int64_t> epoch_started_ns_ GUARDED_BY(mu_);
@@ -174,6 +208,9 @@ class Planner final : public cachestore::NextUseOracle {
   uint64_t publish_failures_ GUARDED_BY(mu_) = 0;
   std::optional<PublishReport> last_publish_ GUARDED_BY(mu_);
   uint64_t unscheduled_opens_ GUARDED_BY(mu_) = 0;
+  uint64_t jobs_ended_ GUARDED_BY(mu_) = 0;
+  uint64_t publishes_over_limit_ GUARDED_BY(mu_) = 0;
+  int64_t last_sweep_ns_ GUARDED_BY(mu_) = 0;
   double copy_latency_s_ GUARDED_BY(mu_) = 0;
   double mean_file_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t copies_measured_ GUARDED_BY(mu_) = 0;

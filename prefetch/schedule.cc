@@ -15,9 +15,24 @@ uint64_t end_of(const auto& epoch) { return epoch.start + epoch.slots.size(); }
 
 }  // namespace
 
-size_t Schedule::stream_index(const std::string& id) {
+std::optional<size_t> Schedule::find_stream(const std::string& id) const {
   for (size_t i = 0; i < streams_.size(); ++i) {
     if (streams_[i].id == id) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+size_t Schedule::stream_index(const std::string& id, bool* created) {
+  *created = false;
+  if (auto found = find_stream(id)) {
+    return *found;
+  }
+  *created = true;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].id.empty()) {
+      streams_[i] = Stream{id, {}, 0, 0, 0, std::nullopt};
       return i;
     }
   }
@@ -28,23 +43,51 @@ size_t Schedule::stream_index(const std::string& id) {
   return streams_.size() - 1;
 }
 
+uint64_t Schedule::stream_entries(size_t stream) const {
+  uint64_t n = 0;
+  for (const auto& e : streams_[stream].epochs) {
+    n += e->slots.size();
+  }
+  return n;
+}
+
+void Schedule::clear_epochs(Stream& s) {
+  for (const auto& e : s.epochs) {
+    entries_held_ -= e->slots.size();
+  }
+  s.epochs.clear();
+  s.last_number.reset();
+  s.tail = s.head = s.plan = 0;
+}
+
+void Schedule::drop_stream(size_t stream) {
+  Stream& s = streams_[stream];
+  const bool had_epochs = !s.epochs.empty();
+  clear_epochs(s);
+  s.id.clear();
+  if (had_epochs) {
+    relink_all();
+  }
+}
+
 Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
                                               std::optional<uint64_t> epoch,
                                               std::vector<FileId> entries) {
   if (entries.empty()) {
     return Status::error(EINVAL, "no entries");
   }
-  const size_t si = stream_index(stream_id);
+  bool created = false;
+  const size_t si = stream_index(stream_id, &created);
   if (si == SIZE_MAX) {
     return Status::error(EINVAL, "more than " + std::to_string(kMaxStreams) + " streams");
   }
   Stream& s = streams_[si];
   const uint64_t number = epoch.value_or(s.last_number ? *s.last_number + 1 : 0);
   auto& q = s.epochs;
-  if (!q.empty() && number < q.front()->number) {
-    return Status::error(EINVAL, "epoch " + std::to_string(number) +
-                                     " is older than the current epoch " +
-                                     std::to_string(q.front()->number));
+  const bool restarted = !q.empty() && number < q.front()->number;
+  if (restarted) {
+    clear_epochs(s);
+    relink_all();
   }
   auto same = std::find_if(q.begin(), q.end(), [&](const auto& e) { return e->number == number; });
   const bool replaced = same != q.end();
@@ -53,6 +96,9 @@ Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
   }
   const uint64_t held = entries_held_ + entries.size() - (replaced ? (*same)->slots.size() : 0);
   if (held > kMaxEntries) {
+    if (created) {
+      s.id.clear();  // a refused first publish leaves no stream behind
+    }
     return Status::error(
         EINVAL, "the schedule would hold more than " + std::to_string(kMaxEntries) + " entries");
   }
@@ -92,7 +138,7 @@ Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
     s.plan = std::min(s.plan, s.tail);
     relink_all();
   }
-  return Published{si, number, replaced};
+  return Published{si, number, replaced, restarted, created};
 }
 
 void Schedule::restart_timeline(Stream& s) { s.tail = s.head = s.plan = s.epochs.front()->start; }

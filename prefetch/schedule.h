@@ -47,7 +47,8 @@ class Schedule {
   // how far into the next epoch an open may land and still start it.
   static constexpr uint64_t kTailLag = 4096;
   static constexpr uint64_t kEpochStart = 4096;
-  static constexpr size_t kMaxStreams = 64;
+  // Streams over all jobs (a job's own limit is the planner's: prefetch/jobs.h).
+  static constexpr size_t kMaxStreams = 1024;
   static constexpr size_t kMaxEpochsPerStream = 4;
   // Entries held over all streams; keeps links within 31 bits.
   static constexpr uint64_t kMaxEntries = (uint64_t{1} << 31) - 1;
@@ -55,11 +56,15 @@ class Schedule {
   struct Published {
     size_t stream;
     uint64_t epoch;
-    bool replaced;  // an epoch of that number was queued and is replaced
+    bool replaced;    // an epoch of that number was queued and is replaced
+    bool restarted;   // it was older than the current epoch: the stream started again
+    bool new_stream;  // the stream did not exist (its slot may have held a dropped one)
   };
 
   // Queues entries as epoch `epoch` (next after the last one if nullopt) of `stream`. An epoch
-  // already queued is replaced; one older than the current epoch is refused (EINVAL).
+  // already queued is replaced. One older than the current epoch restarts the stream (a rerun
+  // of the same job, or a restart from a checkpoint): every queued epoch is dropped and the
+  // new one becomes current.
   cachestore::Result<Published> publish(const std::string& stream, std::optional<uint64_t> epoch,
                                         std::vector<FileId> entries);
 
@@ -88,7 +93,20 @@ class Schedule {
     uint64_t epochs_queued = 0;  // after the current one
   };
 
+  // Stream slots, live or free (a dropped stream's slot is reused by the next new stream).
   size_t stream_count() const { return streams_.size(); }
+
+  bool stream_live(size_t stream) const { return !streams_[stream].id.empty(); }
+
+  // The slot of the live stream named id, if any.
+  std::optional<size_t> find_stream(const std::string& id) const;
+
+  // Entries held by stream's queued epochs.
+  uint64_t stream_entries(size_t stream) const;
+
+  // Forgets stream (its job ended): its epochs go, its files' next uses with them, and its slot
+  // is free for a new stream.
+  void drop_stream(size_t stream);
 
   StreamView view(size_t stream) const;
 
@@ -135,7 +153,8 @@ class Schedule {
   static constexpr uint64_t kNoGid = UINT64_MAX;
   static constexpr uint32_t kConsumed = uint32_t{1} << 31;
 
-  size_t stream_index(const std::string& id);
+  size_t stream_index(const std::string& id, bool* created);
+  void clear_epochs(Stream& s);
   void link_epoch(Epoch& e);
   void relink_all();
   Place place_of(uint64_t gid) const;

@@ -108,18 +108,22 @@ std::string stream_line(const StatsDoc& doc, const std::string& id, bool termina
   const double lead = num(doc, at + "lead_files");
   const double hits = num(doc, at + "this_epoch.hits");
   const double misses = num(doc, at + "this_epoch.misses");
-  char buf[320];
+  const auto text = [&](const std::string& key) {
+    auto it = doc.values.find(at + key);
+    return it == doc.values.end() ? std::string("?") : it->second;
+  };
+  char buf[480];
   snprintf(buf, sizeof(buf),
            "stream %s  epoch %.0f %s %.0f%% (%.0f/%.0f)  ahead %.0f files (%.1f s)  hits %.1f%% "
-           "(bound %.0f%%)  stall %.1f s this epoch  %.0f files/s",
-           id.c_str(), num(doc, at + "epoch"),
+           "(bound %.0f%%)  stall %.1f s this epoch  %.0f files/s  job %s (uid %s)",
+           text("stream").c_str(), num(doc, at + "epoch"),
            terminal
                ? bar(length > 0 ? position / length : 0, length > 0 ? lead / length : 0, 30).c_str()
                : "",
            length > 0 ? 100 * position / length : 0, position, length, lead,
            num(doc, at + "lead_seconds"), hits + misses > 0 ? 100 * hits / (hits + misses) : 0,
            100 * num(doc, at + "hit_rate_bound"), num(doc, at + "this_epoch.stall_seconds"),
-           num(doc, at + "rate_files_per_second"));
+           num(doc, at + "rate_files_per_second"), text("job").c_str(), text("user").c_str());
   return buf;
 }
 

@@ -30,6 +30,27 @@ struct CacheFlags {
   bool disabled = false;
 };
 
+// A shared mount's jobs and users (prefetch/jobs.h, docs/semantics.md).
+void add_job_options(CLI::App* cmd, epochfs::prefetch::JobLimits& limits) {
+  cmd->add_option("--max-streams-per-job", limits.streams_per_job,
+                  "Streams (ranks, loaders) one job may hold; a publish past it is refused")
+      ->default_val(limits.streams_per_job)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-jobs-per-user", limits.jobs_per_user,
+                  "Jobs with published orders one user may hold at once")
+      ->default_val(limits.jobs_per_user)
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-entries-per-user", limits.entries_per_user,
+                  "Order and manifest entries one user's jobs may hold (8 and 4 bytes each)")
+      ->default_val(limits.entries_per_user)
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 31));
+  cmd->add_option("--job-idle-timeout", limits.idle_timeout_s,
+                  "Seconds without a publish or an open of its files after which a job ends, "
+                  "even if its processes still run")
+      ->default_val(limits.idle_timeout_s)
+      ->check(CLI::Range(1.0, 1e9));
+}
+
 void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
   o.cache.root = "/var/cache/epochfs";
   cmd->add_option("--cache-dir", o.cache.root,
@@ -54,6 +75,7 @@ void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
                   "auto (the consumption rate times the copy latency, twice over), or 0 (no "
                   "prefetch: the published orders only decide what the cache keeps)")
       ->default_val(flags.lookahead);
+  add_job_options(cmd, o.engine.limits);
   cmd->add_option("--shuffle-file", o.engine.shuffle_file,
                   "A shuffle file outside the mount, published at mount and again at each new "
                   "version (write it elsewhere, then rename it onto PATH)");

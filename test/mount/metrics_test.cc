@@ -98,8 +98,17 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
   CHECK(metric("epochfs_cache_capacity_bytes") == std::numeric_limits<double>::infinity());
   CHECK(metric("epochfs_cache_files") == stat_of(mount, "cache.files_cached"));
   CHECK(metric("epochfs_publishes_total") == stat_of(mount, "prefetch.publishes"));
-  CHECK(m.count("epochfs_stream_epoch_length_files{stream=\"default\"}") == 1);
-  CHECK(metric("epochfs_stream_opens_total{stream=\"default\"}") ==
+  // A stream's series carry its name, job and user: the one stream here is "default".
+  const auto stream_metric = [&](const std::string& family) {
+    const std::string prefix = family + "{stream=\"default\",job=\"";
+    auto it = m.lower_bound(prefix);
+    INFO(family);
+    REQUIRE((it != m.end() && it->first.rfind(prefix, 0) == 0));
+    CHECK(it->first.find(",uid=\"0\"}") != std::string::npos);
+    return it->second;
+  };
+  CHECK(stream_metric("epochfs_stream_epoch_length_files") >= 0);
+  CHECK(stream_metric("epochfs_stream_opens_total") ==
         stat_of(mount, "prefetch.streams.default.total.opens"));
   CHECK(metric("epochfs_data_path_passthrough") >= 0);
   CHECK(metric("epochfs_cache_errors_total{kind=\"io\"}") == 0);

@@ -147,6 +147,10 @@ double stat_of(const Mount& mount, const std::string& key);
 int publish(const Mount& mount, const std::string& text, const std::string& name = "order",
             std::vector<size_t> cuts = {});
 
+// publish() with plain calls only (no Catch2 checks), for a child process: 0, or the errno of
+// the step that failed.
+int write_order(const Mount& mount, const std::string& text);
+
 // Waits until the mount has no copy queued or running (staging is asynchronous).
 void wait_for_staging(const Mount& mount);
 

@@ -130,15 +130,15 @@ TEST_CASE("at most kMaxStreams streams", "[schedule]") {
     CHECK(publish(s, "rank" + std::to_string(i), std::nullopt, {static_cast<FileId>(i)}).stream ==
           i);
   }
-  auto r = s.publish("one-too-many", std::nullopt, {1000});
+  auto r = s.publish("one-too-many", std::nullopt, {100000});
   CHECK(r.error_code() == EINVAL);
   CHECK(s.stream_count() == Schedule::kMaxStreams);
-  CHECK(s.on_open(1000) == std::nullopt);
+  CHECK(s.on_open(100000) == std::nullopt);
   // Existing streams still publish.
-  CHECK(publish(s, "rank7", std::nullopt, {2000}).stream == 7);
+  CHECK(publish(s, "rank7", std::nullopt, {200000}).stream == 7);
 }
 
-TEST_CASE("a queued epoch is replaced and an older one refused", "[schedule]") {
+TEST_CASE("a queued epoch is replaced and an older one restarts the stream", "[schedule]") {
   Schedule s;
   publish(s, "a", 3, {1, 2, 3, 4});
   publish(s, "a", 4, {5, 6});
@@ -176,12 +176,21 @@ TEST_CASE("a queued epoch is replaced and an older one refused", "[schedule]") {
     CHECK(s.view(0).position == 1);
   }
 
-  SECTION("an epoch older than the current one is refused") {
-    auto r = s.publish("a", 2, {20});
-    CHECK(r.error_code() == EINVAL);
-    CHECK(s.view(0).epoch == 3);
-    CHECK(s.view(0).epochs_queued == 1);
-    CHECK(s.entries_held() == 6);
+  SECTION("an epoch older than the current one restarts the stream") {
+    // A rerun of the same job, or a restart from a checkpoint: epochs 3 and 4 are dropped.
+    auto p = publish(s, "a", 2, {20, 21});
+    CHECK(p.restarted);
+    CHECK_FALSE(p.replaced);
+    const auto v = s.view(0);
+    CHECK(v.epoch == 2);
+    CHECK(v.position == 0);
+    CHECK(v.epochs_queued == 0);
+    CHECK(s.entries_held() == 2);
+    CHECK(s.on_open(5) == std::nullopt);
+    CHECK(s.next_use(3) == kNever);
+    CHECK(stage_all(s, 0, 100) == Files{20, 21});
+    // The next epoch follows the restarted one.
+    CHECK(publish(s, "a", std::nullopt, {22}).epoch == 3);
   }
 
   SECTION("an epoch between queued ones is inserted in order") {
@@ -576,6 +585,30 @@ TEST_CASE("the schedule holds about 8 bytes per entry and 16 per file", "[schedu
     CHECK(s.entries_held() == kFiles);
     CHECK(s.memory_bytes() <= 8 * s.entries_held() + 16 * s.files_tracked() + slack);
   }
+}
+
+TEST_CASE("a dropped stream's epochs and next uses go, and its slot is reused", "[schedule]") {
+  Schedule s;
+  publish(s, "a", 0, {1, 2, 3});
+  publish(s, "b", 0, {3, 4});
+  CHECK(s.entries_held() == 5);
+  s.drop_stream(0);
+  CHECK_FALSE(s.stream_live(0));
+  CHECK(s.entries_held() == 2);
+  CHECK(s.next_use(1) == kNever);
+  CHECK(s.on_open(2) == std::nullopt);
+  CHECK(s.find_stream("a") == std::nullopt);
+  // b still works, and file 3's next use is b's alone.
+  CHECK(s.next_use(3) != kNever);
+  CHECK(s.on_open(3)->stream == 1);
+  // A new stream takes the free slot, starting from nothing.
+  auto p = publish(s, "c", std::nullopt, {7});
+  CHECK(p.stream == 0);
+  CHECK(p.new_stream);
+  CHECK(p.epoch == 0);
+  CHECK(s.view(0).id == "c");
+  CHECK(s.stream_count() == 2);
+  CHECK(publish(s, "c", std::nullopt, {8}).new_stream == false);
 }
 
 }  // namespace epochfs::prefetch

@@ -1,0 +1,125 @@
+// Jobs: who owns each stream and manifest on a mount shared by many jobs and users, when a
+// job has ended, and the limits that keep one job or user from starving the others.
+//
+// A job is (user, name). The name is the order's `#job` directive, or, without one, the
+// writer's session ("session-<sid>"): a shell's `cp` and `epochfs publish` land in the job of
+// the shell they ran from. Streams and manifests are the job's own: two jobs may both call
+// their ranks rank0, and nobody can name another user's job (the user comes from the kernel,
+// not from the order). docs/semantics.md, "A mount shared by jobs", is the contract.
+//
+// A job ends when the processes that anchor it have all exited: for a named job, every process
+// that published for it; for a session job, the session's leader (the shell). Process
+// identities carry their start time, so a reused pid never keeps a job alive. A job with no
+// publish and no open of its files for the idle timeout ends too. The mount's own job
+// (--shuffle-file) never ends.
+//
+// Thread-safety: none; the Planner owns it under its lock. Reading /proc (alive) is done by
+// the caller outside that lock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cachestore/eviction_policy.h"
+#include "cachestore/status.h"
+
+namespace epochfs::prefetch {
+
+using cachestore::FileId;
+
+// A process, named so that a reused pid is a different process.
+struct ProcessRef {
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;  // /proc/<pid>/stat field 22
+
+  bool operator==(const ProcessRef&) const = default;
+};
+
+// The process (thread group) of thread tid, if it still runs.
+std::optional<ProcessRef> process_of(pid_t tid);
+// The leader of tid's session, if it still runs.
+std::optional<ProcessRef> session_leader_of(pid_t tid);
+// True while p runs (its pid exists with the same start time).
+bool alive(const ProcessRef& p);
+
+// Who wrote an upload, from the FUSE request that created it.
+struct Publisher {
+  uid_t uid = 0;
+  std::optional<ProcessRef> process;  // the writing process
+  std::optional<ProcessRef> leader;   // its session's leader
+  pid_t sid = 0;
+  bool is_mount = false;  // the mount itself (--shuffle-file): its job never ends
+
+  // Reads what it needs of tid from /proc now, while the writer is known to run.
+  static Publisher of(uid_t uid, pid_t tid);
+  static Publisher mount();
+};
+
+struct JobLimits {
+  size_t streams_per_job = 64;
+  size_t jobs_per_user = 64;
+  // Order entries (8 bytes each) and manifest entries (4 bytes) one user's jobs hold.
+  uint64_t entries_per_user = uint64_t{64} << 20;
+  // A job with no publish and no open of its streams' files for this long ends.
+  double idle_timeout_s = 3600;
+};
+
+struct Job {
+  uid_t uid = 0;
+  std::string name;
+  bool named = false;  // by #job (anchored on its publishers) or by session (its leader)
+  bool permanent = false;
+  std::vector<ProcessRef> anchors;  // the job lives while any of these runs
+  std::vector<size_t> streams;      // schedule slots
+  std::map<std::string, std::shared_ptr<const std::vector<FileId>>> manifests;
+  int64_t last_active_ns = 0;
+};
+
+class Jobs {
+ public:
+  static constexpr size_t kMaxAnchors = 256;
+
+  explicit Jobs(JobLimits limits) : limits_(limits) {}
+
+  // The job an upload of publisher with this #job (if any) belongs to, made if new; an error
+  // (EDQUOT, saying which limit) if the user already holds jobs_per_user jobs.
+  cachestore::Result<Job*> job_for(const Publisher& publisher,
+                                   const std::optional<std::string>& name, int64_t now);
+  // EDQUOT if publisher may not start one more job.
+  cachestore::Status check_new_job(const Publisher& publisher) const;
+  // The job, if it exists, without making it.
+  Job* find(const Publisher& publisher, const std::optional<std::string>& name);
+  const Job* find(const Publisher& publisher, const std::optional<std::string>& name) const;
+
+  // The schedule's name of stream within job: unique across users and jobs.
+  static std::string stream_key(const Job& job, const std::string& stream);
+
+  // EDQUOT if adding `streams` new streams and `entries` entries to job would pass a limit;
+  // the message names the limit and by how much. `freed` entries of the job go at the same
+  // time (an order or manifest replaced).
+  cachestore::Status check(const Job& job, size_t new_streams, uint64_t entries, uint64_t freed,
+                           uint64_t user_entries_now) const;
+
+  // Every job, for sweeps and stats.
+  std::map<std::pair<uid_t, std::string>, Job>& all() { return jobs_; }
+
+  const std::map<std::pair<uid_t, std::string>, Job>& all() const { return jobs_; }
+
+  void erase(const Job& job) { jobs_.erase({job.uid, job.name}); }
+
+  const JobLimits& limits() const { return limits_; }
+
+  static std::string session_job_name(pid_t sid) { return "session-" + std::to_string(sid); }
+
+ private:
+  const JobLimits limits_;
+  std::map<std::pair<uid_t, std::string>, Job> jobs_;
+};
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,165 @@
+// Jobs on a shared mount (prefetch/jobs.h), through the Planner: whose stream and manifest an
+// upload reaches, the limits and what a refusal says, and the end of a job whose processes exit.
+#include <errno.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "prefetch/file_registry.h"
+#include "prefetch/order_upload.h"
+#include "prefetch/planner.h"
+
+namespace epochfs::prefetch {
+namespace {
+
+// A publisher as the kernel would name one: this test process, a user and a session.
+Publisher user(uid_t uid, pid_t sid = 100) {
+  Publisher p;
+  p.uid = uid;
+  p.sid = sid;
+  p.process = process_of(::getpid());
+  p.leader = p.process;
+  return p;
+}
+
+// A process that no longer runs: this process's pid with another start time.
+Publisher exited(uid_t uid) {
+  Publisher p = user(uid);
+  p.process->start_ticks += 1;
+  p.leader = p.process;
+  return p;
+}
+
+OrderHeader header(std::optional<std::string> job, std::optional<std::string> stream,
+                   std::optional<uint64_t> epoch = std::nullopt) {
+  OrderHeader h;
+  h.job = std::move(job);
+  h.stream = std::move(stream);
+  h.epoch = epoch;
+  return h;
+}
+
+// Publishes text through an upload, as a write into .epochfs/ would.
+PublishReport upload(Planner& planner, FileRegistry& registry, const Publisher& who,
+                     const std::string& text, bool manifest = false) {
+  OrderUpload u(manifest ? OrderUpload::Kind::kManifest : OrderUpload::Kind::kOrder, who, registry,
+                planner);
+  REQUIRE(u.write(0, text).is_ok());
+  return u.finish();
+}
+
+const StreamStats* stream_named(const PlannerStats& s, uid_t uid, const std::string& job,
+                                const std::string& name) {
+  for (const auto& st : s.streams) {
+    if (st.uid == uid && st.job == job && st.name == name) {
+      return &st;
+    }
+  }
+  return nullptr;
+}
+
+TEST_CASE("two jobs may use the same stream names without touching each other", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  CHECK(planner.publish(user(1000), header("a", "rank0", 3), {1, 2}, {}).ok);
+  CHECK(planner.publish(user(1000), header("b", "rank0", 0), {3}, {}).ok);
+  CHECK(planner.publish(user(1001), header("a", "rank0", 7), {4}, {}).ok);
+  const auto s = planner.stats();
+  REQUIRE(s.streams.size() == 3);
+  CHECK(s.jobs == 3);
+  CHECK(stream_named(s, 1000, "a", "rank0")->view.epoch == 3);
+  CHECK(stream_named(s, 1000, "b", "rank0")->view.epoch == 0);
+  CHECK(stream_named(s, 1001, "a", "rank0")->view.epoch == 7);
+  // Without #job, the writer's session is the job.
+  CHECK(planner.publish(user(1000, 42), header(std::nullopt, "rank0"), {5}, {}).ok);
+  CHECK(stream_named(planner.stats(), 1000, "session-42", "rank0") != nullptr);
+}
+
+TEST_CASE("a job's loaders keep their own manifests", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  FileRegistry registry;
+  const Publisher me = user(1000);
+  REQUIRE(upload(planner, registry, me, "#job j\n#manifest train\nt0\nt1\n", true).ok);
+  REQUIRE(upload(planner, registry, me, "#job j\n#manifest val\nv0\nv1\nv2\n", true).ok);
+  auto r =
+      upload(planner, registry, me, "#job j\n#manifest val\n#stream val\n#form indices\n2\n0\n");
+  REQUIRE(r.ok);
+  r = upload(planner, registry, me, "#job j\n#manifest train\n#stream train\n#form indices\n1\n");
+  REQUIRE(r.ok);
+  // The manifest of another job, or of another user, is not found.
+  r = upload(planner, registry, user(1001), "#job j\n#manifest val\n#form indices\n0\n");
+  CHECK_FALSE(r.ok);
+  CHECK(planner.on_open(*registry.find("v2")).has_value());
+  CHECK(planner.on_open(*registry.find("t1")).has_value());
+  CHECK(planner.stats().manifest_entries == 5);
+}
+
+TEST_CASE("limits refuse a publish and say which and by how much", "[jobs]") {
+  PlannerOptions options;
+  options.limits.streams_per_job = 2;
+  options.limits.jobs_per_user = 2;
+  options.limits.entries_per_user = 10;
+  Planner planner(options);
+  FileRegistry registry;
+  CHECK(planner.publish(user(1000), header("a", "s0"), {1, 2, 3}, {}).ok);
+  CHECK(planner.publish(user(1000), header("a", "s1"), {1, 2, 3}, {}).ok);
+  auto r = planner.publish(user(1000), header("a", "s2"), {1}, {});
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.message, Catch::Contains("--max-streams-per-job 2"));
+  CHECK(planner.publish(user(1000), header("b", "s0"), {1}, {}).ok);
+  r = planner.publish(user(1000), header("c", "s0"), {1}, {});
+  CHECK_THAT(r.message, Catch::Contains("--max-jobs-per-user 2"));
+  // 7 entries held; 5 more would be 12: two over.
+  r = planner.publish(user(1000), header("b", "s1"), {1, 2, 3, 4, 5}, {});
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.message, Catch::Contains("would hold 12") && Catch::Contains("2 over"));
+  // Another user is not held back by the first one's use.
+  CHECK(planner.publish(user(1001), header("a", "s0"), {1, 2, 3, 4, 5, 6, 7, 8}, {}).ok);
+  // A refused upload leaves no path behind in the registry, nor an empty job.
+  const size_t known = registry.size();
+  CHECK_FALSE(upload(planner, registry, user(1000), "#job d\nnew0\nnew1\n").ok);
+  CHECK(registry.size() == known);
+  CHECK(planner.stats().jobs == 3);
+  CHECK(planner.stats().publishes_over_limit == 4);
+}
+
+TEST_CASE("a job ends when its processes have exited, and its streams go", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  CHECK(planner.publish(exited(1000), header("gone", "rank0"), {1, 2}, {}).ok);
+  CHECK(planner.publish(user(1000), header("here", "rank0"), {2, 3}, {}).ok);
+  CHECK(planner.publish(Publisher::mount(), header(std::nullopt, "default"), {4}, {}).ok);
+  CHECK(planner.next_use(1) != Schedule::kNever);
+  planner.end_finished_jobs();
+  const auto s = planner.stats();
+  CHECK(s.jobs_ended == 1);
+  CHECK(s.jobs == 2);
+  CHECK(stream_named(s, 1000, "gone", "rank0") == nullptr);
+  CHECK(stream_named(s, 1000, "here", "rank0") != nullptr);
+  CHECK(planner.next_use(1) == Schedule::kNever);  // its copies are ordinary cache entries
+  CHECK(planner.next_use(3) != Schedule::kNever);
+  // The freed slot serves the next new stream from its start.
+  CHECK(planner.publish(user(1000), header("next", "rank0", 4), {5}, {}).ok);
+  CHECK(stream_named(planner.stats(), 1000, "next", "rank0")->view.epoch == 4);
+}
+
+TEST_CASE("a job idle for its timeout ends even with its processes alive", "[jobs]") {
+  PlannerOptions options;
+  options.limits.idle_timeout_s = 0.001;
+  Planner planner(options);
+  CHECK(planner.publish(user(1000), header("quiet", "rank0"), {1}, {}).ok);
+  CHECK(planner.publish(Publisher::mount(), header(std::nullopt, "default"), {2}, {}).ok);
+  ::usleep(5000);
+  planner.end_finished_jobs();
+  CHECK(planner.stats().jobs_ended == 1);  // the mount's own job never ends
+  CHECK(planner.stats().streams.size() == 1);
+}
+
+TEST_CASE("process identities survive pid reuse", "[jobs]") {
+  auto me = process_of(::getpid());
+  REQUIRE(me.has_value());
+  CHECK(alive(*me));
+  CHECK_FALSE(alive(ProcessRef{me->pid, me->start_ticks + 1}));
+  CHECK_FALSE(process_of(0).has_value());
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
