@@ -1,13 +1,16 @@
 // Running epochfs on a node: mounting from /etc/fstab (the mount helper conventions),
-// `epochfs doctor`, and the log file.
+// `epochfs doctor`, the log file, and the operator recipes shipped in tools/deploy/.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -174,6 +177,250 @@ TEST_CASE("a log file given by --log-file gets timestamped lines, also in the ba
       {"mount", dir / "src", dir / "mnt", "--no-cache", "--log-file", dir / "no/such/dir/log"});
   CHECK(bad.exit_code == 1);
   CHECK(contains(bad.output, "--log-file " + dir / "no/such/dir/log: No such file or directory"));
+}
+
+namespace {
+
+// The operator recipes (tools/deploy/) are mounted as shipped, with only their paths pointed
+// into the test's directory.
+std::string deploy_file(const std::string& name) {
+  return std::string(EPOCHFS_SOURCE_DIR) + "/tools/deploy/" + name;
+}
+
+// What mount(8) is handed for an fstab line or a mount unit.
+struct MountSpec {
+  std::string source;
+  std::string target;
+  std::string type;
+  std::string options;
+};
+
+std::vector<std::string> split_options(const std::string& options) {
+  std::vector<std::string> out;
+  std::stringstream in(options);
+  for (std::string opt; std::getline(in, opt, ',');) {
+    out.push_back(opt);
+  }
+  return out;
+}
+
+bool has_option(const std::string& options, const std::string& name) {
+  for (const std::string& opt : split_options(options)) {
+    if (opt == name) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The one entry of an fstab file (lines other than blanks and comments; a failed check if there
+// is not exactly one): its first four fields.
+MountSpec fstab_entry(const std::string& text) {
+  std::vector<MountSpec> entries;
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::stringstream fields(line);
+    MountSpec e;
+    if (!(fields >> e.source) || e.source[0] == '#') {
+      continue;
+    }
+    fields >> e.target >> e.type >> e.options;
+    entries.push_back(e);
+  }
+  REQUIRE(entries.size() == 1);
+  return entries[0];
+}
+
+// What=, Where=, Type= and Options= of a mount unit's [Mount] section.
+MountSpec unit_entry(const std::string& text) {
+  MountSpec e;
+  std::string section;
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#' || line[0] == ';') {
+      continue;
+    }
+    if (line[0] == '[') {
+      section = line;
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (section != "[Mount]" || eq == std::string::npos) {
+      continue;
+    }
+    const std::string key = line.substr(0, eq);
+    const std::string value = line.substr(eq + 1);
+    if (key == "What") {
+      e.source = value;
+    } else if (key == "Where") {
+      e.target = value;
+    } else if (key == "Type") {
+      e.type = value;
+    } else if (key == "Options") {
+      e.options = value;
+    }
+  }
+  return e;
+}
+
+// spec with its source and target in dir, and cache_dir and metrics_file too; every other option
+// as shipped.
+MountSpec in_test_dir(MountSpec spec, const TempDir& dir) {
+  spec.source = dir / "src";
+  spec.target = dir / "mnt";
+  std::string options;
+  for (std::string opt : split_options(spec.options)) {
+    if (opt.rfind("cache_dir=", 0) == 0) {
+      opt = "cache_dir=" + dir / "cache";
+    } else if (opt.rfind("metrics_file=", 0) == 0) {
+      opt = "metrics_file=" + dir / "epochfs.prom";
+    }
+    options += (options.empty() ? "" : ",") + opt;
+  }
+  spec.options = options;
+  return spec;
+}
+
+// Mounts spec as `mount -t TYPE -o OPTIONS SOURCE TARGET` does, which is what mount(8) runs for
+// an fstab line and systemd for a mount unit: for a fuse.* type it runs fuse3's helper
+// (/sbin/mount.fuse, a link to mount.fuse3), which runs `epochfs` from PATH. mount(8) itself
+// clears PATH for its helpers, so it would find only an epochfs installed on the machine; the
+// test runs the helper with the build's binary first in PATH, as the fstab test above does.
+CommandResult mount_like_mount8(const MountSpec& spec) {
+  return run_command({"env", "PATH=" + binary_dir() + ":/usr/sbin:/usr/bin:/sbin:/bin",
+                      "mount.fuse3", spec.source, spec.target, "-t", spec.type, "-o",
+                      spec.options});
+}
+
+// The superblock options the kernel lists for the mount at path (/proc/self/mountinfo, after
+// "- TYPE SOURCE"): for FUSE, allow_other and default_permissions among them.
+std::string super_options_at(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    std::stringstream fields(line);
+    std::string id, parent, dev, root, mountpoint;
+    fields >> id >> parent >> dev >> root >> mountpoint;
+    const size_t dash = line.find(" - ");
+    if (mountpoint != path || dash == std::string::npos) {
+      continue;
+    }
+    std::stringstream rest(line.substr(dash + 3));
+    std::string type, source, options;
+    rest >> type >> source >> options;
+    return options;
+  }
+  return "";
+}
+
+// Mounts spec from test_dir (made by the caller with files f0..f2 in src), checks what a shared
+// node needs of it, and leaves it mounted.
+void check_shared_mount(const MountSpec& spec, const TempDir& dir) {
+  INFO("mount -t " << spec.type << " -o " << spec.options << " " << spec.source << " "
+                   << spec.target);
+  const CommandResult mounted = mount_like_mount8(spec);
+  INFO(mounted.output);
+  REQUIRE(mounted.exit_code == 0);
+  REQUIRE(is_mounted(dir / "mnt"));
+  const std::string super = super_options_at(dir / "mnt");
+  INFO("superblock options: " << super);
+  CHECK(has_option(super, "allow_other"));
+  CHECK(has_option(super, "default_permissions"));
+  check_files(dir / "src", dir / "mnt", 3);
+  // allow_other at work: another user reads the same bytes and may publish (.epochfs is 1777).
+  const std::string expected = read_all(dir / "src/f1");
+  CHECK(run_as_nobody([&] { return read_file(dir / "mnt/f1") == expected ? 0 : 1; }) == 0);
+  CHECK(contains(read_all(dir / "mnt/.epochfs/stats"), "\"dir\": \"" + dir / "cache/"));
+}
+
+}  // namespace
+
+TEST_CASE("the shipped fstab line mounts a node's shared mount", "[mount][system]") {
+  const std::optional<std::string> text = read_file(deploy_file("epochfs.fstab"));
+  REQUIRE(text.has_value());
+  const MountSpec shipped = fstab_entry(*text);
+  INFO(shipped.options);
+  CHECK(shipped.type == "fuse.epochfs");
+  for (const char* opt : {"allow_other", "_netdev", "nofail"}) {
+    CHECK(has_option(shipped.options, opt));
+  }
+  CHECK(contains(shipped.options, "cache_size="));
+  TempDir dir;
+  write_files(dir / "src", 3, 100000);
+  fs::create_directories(dir / "mnt");
+  DetachAtEnd guard(dir / "mnt");
+  const MountSpec spec = in_test_dir(shipped, dir);
+  // The test's paths replaced exactly the shipped ones.
+  CHECK(contains(spec.options, "cache_dir=" + dir / "cache"));
+  CHECK(contains(spec.options, "metrics_file=" + dir / "epochfs.prom"));
+  check_shared_mount(spec, dir);
+  CHECK(run_epochfs({"unmount", dir / "mnt"}).exit_code == 0);
+  CHECK_FALSE(is_mounted(dir / "mnt"));
+  // The daemon has exited: it removed its cache directory and wrote its metrics once more.
+  CHECK(fs::is_empty(dir / "cache"));
+  CHECK(contains(read_all(dir / "epochfs.prom"), "epochfs_opens_total"));
+}
+
+TEST_CASE("the shipped systemd mount unit mounts the same mount", "[mount][system]") {
+  const std::string unit = deploy_file("mnt-dataset.mount");
+  const std::optional<std::string> text = read_file(unit);
+  REQUIRE(text.has_value());
+  const MountSpec shipped = unit_entry(*text);
+  INFO(shipped.options);
+  CHECK(shipped.type == "fuse.epochfs");
+  CHECK(has_option(shipped.options, "allow_other"));
+  // The same mount as the fstab line; nofail is fstab's word for the unit's WantedBy=.
+  const MountSpec line = fstab_entry(read_file(deploy_file("epochfs.fstab")).value_or(""));
+  CHECK(shipped.source == line.source);
+  CHECK(shipped.target == line.target);
+  CHECK(shipped.options + ",nofail" == line.options);
+  // systemd does not run on the build machine, but systemd-analyze reads the unit as systemd
+  // would: its keys, and its file name against Where=.
+  const CommandResult verified = run_command({"systemd-analyze", "verify", unit});
+  INFO(verified.output);
+  CHECK(verified.exit_code == 0);
+  TempDir dir;
+  write_files(dir / "src", 3, 100000);
+  fs::create_directories(dir / "mnt");
+  DetachAtEnd guard(dir / "mnt");
+  // Starting the unit: systemd runs mount(8) with What, Where, Type and Options.
+  check_shared_mount(in_test_dir(shipped, dir), dir);
+  // Stopping it: systemd runs umount(8), which does not wait for the daemon; the daemon then
+  // lets its copies finish and removes its cache directory.
+  const CommandResult stopped = run_command({"umount", dir / "mnt"});
+  INFO(stopped.output);
+  CHECK(stopped.exit_code == 0);
+  CHECK_FALSE(is_mounted(dir / "mnt"));
+  for (int i = 0; i < 600 && !fs::is_empty(dir / "cache"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(fs::is_empty(dir / "cache"));
+}
+
+TEST_CASE("the shipped Slurm prolog passes a served mount and fails a dead one",
+          "[mount][system]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  Mount mount(dir / "src", dir / "mnt", {"--allow-other"});
+  const auto prolog = [&] {
+    return run_command({"env", "-i", "EPOCHFS_MOUNT=" + mount.path(),
+                        "PATH=" + binary_dir() + ":/usr/sbin:/usr/bin:/sbin:/bin",
+                        deploy_file("slurm-prolog.sh")});
+  };
+  const CommandResult served = prolog();
+  INFO(served.output);
+  CHECK(served.exit_code == 0);
+  CHECK(served.output.empty());
+  REQUIRE(kill(mount.pid(), SIGKILL) == 0);
+  mount.wait_exit();
+  // A dead mount: doctor says why, the prolog detaches it and tries `mount MNT`, which fails
+  // here (no fstab line), so the prolog fails and Slurm would drain the node.
+  const CommandResult dead = prolog();
+  INFO(dead.output);
+  CHECK(dead.exit_code == 1);
+  CHECK(contains(dead.output, "epochfs prolog: " + mount.path() + " is not served"));
+  CHECK(contains(dead.output, "is a stale mount: its daemon died"));
+  CHECK(contains(dead.output, "epochfs prolog: " + mount.path() + " is still not served"));
+  CHECK_FALSE(is_mounted(mount.path()));
 }
 
 }  // namespace epochfs::test
