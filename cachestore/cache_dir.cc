@@ -1,36 +1,37 @@
 #include "cachestore/cache_dir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include <xxhash.h>
 
+#include "cachestore/leftovers.h"
 #include "cachestore/log.h"
 
 namespace epochfs::cachestore {
 namespace {
 
-constexpr char kLockName[] = "lock";
+constexpr int kRemoverNice = 10;
+constexpr int kIoprioClassBestEffort = 2;  // IOPRIO_CLASS_BE, linux/ioprio.h
+constexpr int kIoprioLowest = 7;
+constexpr int kIoprioClassShift = 13;
 
 std::string hex64(uint64_t v) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
-}
-
-std::string source_prefix(const std::string& source_key) {
-  return hex64(XXH3_64bits(source_key.data(), source_key.size())) + ".";
 }
 
 Status make_dir(const std::string& path, mode_t mode) {
@@ -40,71 +41,18 @@ Status make_dir(const std::string& path, mode_t mode) {
   return Status::ok();
 }
 
-constexpr char kBuildingPrefix[] = ".new.";
-
-// A directory still being built (".new.<prefix><pid>") has no lock yet, or one being taken;
-// probing it could steal the lock from its builder. It is dead only if its builder is.
-bool builder_alive(const std::string& name) {
-  const size_t dot = name.rfind('.');
-  const long pid = std::strtol(name.c_str() + dot + 1, nullptr, 10);
-  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
-}
-
-// The lock of a finished directory, taken; an invalid fd if a live mount holds it.
-UniqueFd take_lock(const std::string& dir) {
-  UniqueFd lock(::open((dir + "/" + kLockName).c_str(), O_RDWR | O_CLOEXEC));
-  if (lock.valid() && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    lock.reset();
-  }
-  return lock;
-}
-
-struct Leftover {
-  std::string path;
-  UniqueFd lock;             // held while we remove or adopt it, so no one else does the same
-  int64_t index_mtime = -1;  // -1: no index, nothing to adopt
-};
-
-std::vector<Leftover> find_dead_leftovers(const std::string& root, const std::string& prefix) {
-  std::vector<Leftover> dead;
-  DIR* d = ::opendir(root.c_str());
-  if (d == nullptr) {
-    return dead;
-  }
-  while (struct dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    const std::string path = root + "/" + name;
-    if (name.rfind(kBuildingPrefix + prefix, 0) == 0 && !builder_alive(name)) {
-      dead.push_back(Leftover{path, UniqueFd(), -1});
-    } else if (name.rfind(prefix, 0) == 0) {
-      UniqueFd lock = take_lock(path);
-      struct stat st;
-      const bool has_index = ::stat((path + "/" + CacheDir::kIndexName).c_str(), &st) == 0;
-      if (lock.valid() || ::access((path + "/" + kLockName).c_str(), F_OK) != 0) {
-        dead.push_back(Leftover{path, std::move(lock), has_index ? st.st_mtim.tv_sec : -1});
-      }
-    }
-  }
-  ::closedir(d);
-  return dead;
-}
-
-void remove_leftover(const Leftover& leftover) {
-  std::error_code ec;
-  std::filesystem::remove_all(leftover.path, ec);
-  log(LogLevel::kInfo, "removed the cache directory of a dead mount: %s", leftover.path.c_str());
-}
-
-// Makes root/name empty and locked. Built under a name other mounts do not scan, locked, and
-// only then renamed into place: a mount starting at the same moment never sees it without its
-// lock held. Returns the directory's and the lock's descriptors.
+// Makes root/name empty and locked. Built under a name other mounts do not take for a mount's
+// (".new.<key>.<id of this process>"), locked, and only then renamed into place: a mount
+// starting at the same moment never sees it without its lock held. The lock file is locked
+// under another name and then renamed `lock`, so a `lock` that can be taken is always dead
+// (cachestore/leftovers.h). Returns the directory's and the lock's descriptors.
 Result<std::pair<UniqueFd, UniqueFd>> build_locked(const std::string& root,
                                                    const std::string& name) {
-  const std::string building = root + "/" + kBuildingPrefix + name;
+  const std::string building =
+      root + "/" + kBuildingPrefix + name.substr(0, name.find('.') + 1) + process_dir_id();
   const std::string path = root + "/" + name;
-  Status s = make_dir(building, 0700);
-  if (!s.is_ok()) {
-    return s;
+  if (::mkdir(building.c_str(), 0700) != 0) {
+    return Status::error(errno, "mkdir " + building);
   }
   auto fail = [&building](const char* what) {
     const int err = errno;
@@ -116,9 +64,9 @@ Result<std::pair<UniqueFd, UniqueFd>> build_locked(const std::string& root,
   if (!dir_fd.valid()) {
     return fail("open");
   }
-  UniqueFd lock_fd(::openat(dir_fd.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  // Blocking: a concurrent mount may probe a finished directory's lock for an instant.
-  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX) != 0) {
+  UniqueFd lock_fd(::openat(dir_fd.get(), kNewLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0 ||
+      ::renameat(dir_fd.get(), kNewLockName, dir_fd.get(), kLockName) != 0) {
     return fail("lock");
   }
   if (::rename(building.c_str(), path.c_str()) != 0) {
@@ -127,10 +75,52 @@ Result<std::pair<UniqueFd, UniqueFd>> build_locked(const std::string& root,
   return std::make_pair(std::move(dir_fd), std::move(lock_fd));
 }
 
+void log_removed(const std::string& root, const Leftover& l) {
+  log(LogLevel::kInfo, "removed the cache directory of a dead mount: %s/%s", root.c_str(),
+      l.entry.name.c_str());
+}
+
+// The dead directories of the source `key`; the others are dealt with here: a dead mount's
+// directory is renamed to trash for the background removal (unless kept: it waits for its own
+// source), an unfinished one (a lock file at most) is removed at once. *others counts them.
+std::vector<Leftover> sort_leftovers(const std::string& root, const std::string& key, int* others) {
+  std::vector<Leftover> own;
+  for (CacheDirEntry& e : list_cache_dirs(root)) {
+    const bool mine = e.key == key;
+    // Trash is the background removal's. Another source's directory without a lock file may
+    // not be epochfs's at all; with an index it is kept for that source.
+    if (e.kind == CacheDirKind::kTrash ||
+        (!mine && e.kind == CacheDirKind::kMount && (!e.has_lock_file || e.index_mtime_s >= 0))) {
+      continue;
+    }
+    Leftover l{std::move(e), UniqueFd()};
+    if (!claim_if_dead(root, l.entry, &l.lock)) {
+      continue;
+    }
+    if (mine) {
+      own.push_back(std::move(l));
+      continue;
+    }
+    const std::string name = l.entry.name;
+    Status s =
+        l.entry.kind == CacheDirKind::kMount ? trash_leftover(root, l) : remove_leftover(root, l);
+    if (s.is_ok()) {
+      ++*others;
+      log(LogLevel::kInfo, "the cache directory of a dead mount of another source, %s/%s, %s",
+          root.c_str(), name.c_str(),
+          l.entry.kind == CacheDirKind::kTrash ? "is removed in the background" : "was removed");
+    } else {
+      log(LogLevel::kWarning, "cannot remove a dead mount's cache directory: %s",
+          s.to_string().c_str());
+    }
+  }
+  return own;
+}
+
 }  // namespace
 
-Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& from, UniqueFd lock,
-                                                  const std::string& path, int removed) {
+Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& root, const std::string& from,
+                                                  UniqueFd lock, const std::string& path) {
   // We hold its lock, so no other mount removes or adopts it while we rename it.
   if (::rename(from.c_str(), path.c_str()) != 0) {
     return Status::error(errno, "rename " + from);
@@ -139,8 +129,8 @@ Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& from, Uniqu
   if (!dir_fd.valid()) {
     return Status::error(errno, "open " + path);
   }
-  auto dir = std::unique_ptr<CacheDir>(new CacheDir(path, std::move(dir_fd), std::move(lock)));
-  dir->leftovers_removed_ = removed;
+  auto dir =
+      std::unique_ptr<CacheDir>(new CacheDir(root, path, std::move(dir_fd), std::move(lock)));
   dir->adopted_ = true;
   dir->keep_ = true;
   log(LogLevel::kInfo, "reusing the cache kept by an earlier mount: %s", path.c_str());
@@ -157,37 +147,107 @@ Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
       return s;
     }
   }
-  const std::string prefix = source_prefix(source_key);
-  const std::string name = prefix + std::to_string(::getpid());
-  std::vector<Leftover> dead = find_dead_leftovers(root, prefix);
+  const std::string key = source_dir_key(source_key);
+  const std::string name = key + "." + process_dir_id();
+  const std::string path = root + "/" + name;
+  int others = 0;
+  std::vector<Leftover> dead = sort_leftovers(root, key, &others);
   // With keep, the newest leftover that has an index is adopted; every other one is removed.
   auto newest = std::max_element(dead.begin(), dead.end(), [](const auto& a, const auto& b) {
-    return a.index_mtime < b.index_mtime;
+    return a.entry.index_mtime_s < b.entry.index_mtime_s;
   });
-  const bool adopting = keep && newest != dead.end() && newest->index_mtime >= 0;
+  const bool adopting =
+      keep && newest != dead.end() && newest->entry.index_mtime_s >= 0 && newest->lock.valid();
   int removed = 0;
   for (auto it = dead.begin(); it != dead.end(); ++it) {
-    if (!(adopting && it == newest)) {
-      remove_leftover(*it);
+    if (!(adopting && it == newest) && remove_leftover(root, *it).is_ok()) {
+      log_removed(root, *it);
       ++removed;
     }
   }
+  std::unique_ptr<CacheDir> dir;
   if (adopting) {
-    return adopt(newest->path, std::move(newest->lock), root + "/" + name, removed);
+    auto adopted = adopt(root, root + "/" + newest->entry.name, std::move(newest->lock), path);
+    if (!adopted.is_ok()) {
+      return adopted.status();
+    }
+    dir = std::move(adopted).value();
+  } else {
+    auto built = build_locked(root, name);
+    if (!built.is_ok()) {
+      return built.status();
+    }
+    auto [dir_fd, lock_fd] = std::move(built).value();
+    dir =
+        std::unique_ptr<CacheDir>(new CacheDir(root, path, std::move(dir_fd), std::move(lock_fd)));
+    dir->keep_ = keep;
   }
-  const std::string path = root + "/" + name;
-  auto built = build_locked(root, name);
-  if (!built.is_ok()) {
-    return built.status();
-  }
-  auto [dir_fd, lock_fd] = std::move(built).value();
-  auto dir = std::unique_ptr<CacheDir>(new CacheDir(path, std::move(dir_fd), std::move(lock_fd)));
   dir->leftovers_removed_ = removed;
-  dir->keep_ = keep;
+  dir->other_leftovers_ = others;
   return dir;
 }
 
+void CacheDir::start_background_removal() const {
+  MutexLock lock(remover_mu_);
+  if (remover_started_) {
+    return;
+  }
+  remover_started_ = true;
+  try {
+    remover_ = std::thread([this] { remove_trash(); });
+  } catch (const std::system_error& e) {
+    log(LogLevel::kWarning, "cannot start removing dead cache directories (%s): left for later",
+        e.what());
+  }
+}
+
+int CacheDir::wait_background_removal() {
+  start_background_removal();
+  return join_background_removal();
+}
+
+int CacheDir::join_background_removal() {
+  std::thread remover;
+  {
+    MutexLock lock(remover_mu_);
+    remover = std::move(remover_);
+  }
+  if (remover.joinable()) {
+    remover.join();
+  }
+  return trash_removed_.load(std::memory_order_relaxed);
+}
+
+void CacheDir::remove_trash() const {
+  // Background work, like the stager's copies (prefetch/stager.cc): nice 10 and the lowest
+  // best-effort I/O priority, so that readers and copies win the CPU and the disk. Failures
+  // are harmless.
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  ::setpriority(PRIO_PROCESS, tid, kRemoverNice);
+  ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
+            (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowest);
+  for (CacheDirEntry& e : list_cache_dirs(root_)) {
+    if (stop_removal_.load(std::memory_order_relaxed)) {
+      return;
+    }
+    Leftover l{std::move(e), UniqueFd()};
+    if (l.entry.kind != CacheDirKind::kTrash || !claim_if_dead(root_, l.entry, &l.lock)) {
+      continue;
+    }
+    Status s = remove_leftover(root_, l, &stop_removal_);
+    if (s.is_ok()) {
+      log_removed(root_, l);
+      trash_removed_.fetch_add(1, std::memory_order_relaxed);
+    } else if (s.error_code() != EINTR) {
+      log(LogLevel::kWarning, "cannot remove a dead mount's cache directory: %s",
+          s.to_string().c_str());
+    }
+  }
+}
+
 CacheDir::~CacheDir() {
+  stop_removal_.store(true, std::memory_order_relaxed);
+  join_background_removal();
   if (keep_) {
     return;  // left for the next mount; its lock goes with lock_fd_
   }
@@ -231,6 +291,7 @@ Status CacheDir::recreate() {
 }
 
 Status CacheDir::make_parents(const std::string& name) const {
+  start_background_removal();
   // name is "ab/<hex>": the fan-out directory is created on first use.
   for (size_t slash = name.find('/'); slash != std::string::npos;
        slash = name.find('/', slash + 1)) {

@@ -34,6 +34,17 @@ struct DoctorOptions {
 // any check found a problem (tools/cmd_doctor.cc).
 int cmd_doctor(const DoctorOptions& options);
 
+struct CleanOptions {
+  std::string cache_dir;
+  bool dry_run = false;
+};
+
+// `epochfs clean`: lists the directories dead mounts left under cache_dir, with their sizes,
+// and removes them unless dry_run; one line each and a total. Never a live mount's directory,
+// never anything that is not epochfs's. Exits 1 only if one could not be removed
+// (tools/cmd_clean.cc).
+int cmd_clean(const CleanOptions& options);
+
 // `epochfs stats MOUNT --watch`: a live view refreshed every interval_s, count times (0: until
 // interrupted); redrawn on a terminal, plain lines elsewhere (tools/cmd_watch.cc).
 int cmd_watch(const std::string& mountpoint, unsigned count, double interval_s);

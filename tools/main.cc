@@ -240,6 +240,12 @@ int run(int argc, char** argv) {
   doctor_cmd->add_option("--fuse-device", doctor.fuse_device, "The FUSE device to check")
       ->default_val(doctor.fuse_device);
 
+  epochfs::tools::CleanOptions clean;
+  auto* clean_cmd = app.add_subcommand(
+      "clean", "Remove what dead mounts left in a cache directory (for a Slurm epilog or cron)");
+  clean_cmd->add_option("--cache-dir", clean.cache_dir, "The cache directory to clean")->required();
+  clean_cmd->add_flag("--dry-run", clean.dry_run, "List what would be removed; remove nothing");
+
   epochfs::tools::PublishOptions publish;
   auto* publish_cmd =
       app.add_subcommand("publish", "Publish a shuffle order (or a manifest) to a mount");
@@ -401,6 +407,9 @@ int run(int argc, char** argv) {
     doctor.cache_size_bytes = *size;
     doctor.cache_reserve_percent = *reserve;
     return epochfs::tools::cmd_doctor(doctor);
+  }
+  if (app.got_subcommand("clean")) {
+    return epochfs::tools::cmd_clean(clean);
   }
   if (app.got_subcommand("verify")) {
     return epochfs::tools::cmd_verify(verify_path);

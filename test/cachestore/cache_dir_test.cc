@@ -14,6 +14,7 @@
 #include <iterator>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -86,6 +87,43 @@ void make_leftover(const fs::path& dir, bool with_lock) {
   if (with_lock) {
     std::ofstream(dir / "lock").flush();
   }
+}
+
+// A leftover with an index: a cache an earlier mount kept with --keep-cache.
+void make_kept(const fs::path& dir) {
+  make_leftover(dir, true);
+  std::ofstream(dir / CacheDir::kIndexName) << "epochfs-cache-index 1\n";
+}
+
+// Field 22 of /proc/<pid>/stat: the process's start time, in clock ticks after boot.
+std::string start_time_of(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    fields >> field;
+  }
+  return field;
+}
+
+// This process's id in directory names: "<pid>-<start time>".
+std::string self_id() { return std::to_string(::getpid()) + "-" + start_time_of(::getpid()); }
+
+// The names in root that begin with prefix.
+std::set<std::string> names_with(const fs::path& root, const std::string& prefix) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) {
+      names.insert(e.path().filename());
+    }
+  }
+  return names;
+}
+
+// The threads of this process.
+size_t thread_count() {
+  return static_cast<size_t>(
+      std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator()));
 }
 
 std::string hex64(uint64_t v) {
@@ -256,10 +294,11 @@ TEST_CASE("CacheDir creates a private root and a per-mount directory", "[cache_d
     CHECK(mine.parent_path() == root);
     CHECK(fs::is_directory(mine));
     CHECK(fs::is_regular_file(mine / "lock"));
-    // "<16 hex digits of the source hash>.<pid>"
+    // "<16 hex digits of the source hash>.<pid>-<start time>": never the name of a later
+    // process that gets the same pid.
     const std::string name = mine.filename();
-    CHECK(std::regex_match(name, std::regex("[0-9a-f]{16}\\.[0-9]+")));
-    CHECK(name.substr(17) == std::to_string(::getpid()));
+    CHECK(std::regex_match(name, std::regex("[0-9a-f]{16}\\.[0-9]+-[0-9]+")));
+    CHECK(name.substr(17) == self_id());
     CHECK(dir->leftovers_removed() == 0);
     // The directory fd refers to the mount directory.
     struct stat by_fd;
@@ -314,7 +353,7 @@ TEST_CASE("CacheDir removes only its own directory", "[cache_dir]") {
   CHECK(left == std::set<std::string>{"notes.txt", "other"});
 }
 
-TEST_CASE("CacheDir removes the leftovers of dead mounts of the same source only", "[cache_dir]") {
+TEST_CASE("CacheDir removes the leftovers of dead mounts of every source", "[cache_dir]") {
   Scratch t;
   const std::string prefix = prefix_for(t.root, kSource);
   const std::string other_prefix = prefix_for(t.root, kOtherSource);
@@ -327,31 +366,101 @@ TEST_CASE("CacheDir removes the leftovers of dead mounts of the same source only
   const fs::path live_dir = live.path();
   REQUIRE(live_dir.filename().string().rfind(prefix, 0) == 0);
   std::ofstream(live_dir / "ab_copy") << "live";
-  const fs::path dead = t.root / (prefix + "999999");
-  const fs::path other_dead = t.root / (other_prefix + "999999");
+  const fs::path dead = t.root / (prefix + "999999-1");
+  const fs::path other_dead = t.root / (other_prefix + "999999-1");
   make_leftover(dead, true);
   make_leftover(other_dead, true);
 
   {
+    const size_t threads = thread_count();
     auto dir = create_ok(t.root, kSource);
+    // create() runs before the daemon forks: it must not start a thread.
+    CHECK(thread_count() == threads);
     CHECK(dir->leftovers_removed() == 1);
     CHECK_FALSE(fs::exists(dead));
+    // The other source's is out of the way at once, and removed in the background.
+    CHECK(dir->other_leftovers() == 1);
+    CHECK_FALSE(fs::exists(other_dead));
+    CHECK(names_with(t.root, ".trash.") ==
+          std::set<std::string>{".trash." + other_dead.filename().string()});
+    CHECK(dir->wait_background_removal() == 1);
+    CHECK(names_with(t.root, ".trash.").empty());
     CHECK(fs::is_directory(live_dir));
     CHECK(read_file(live_dir / "ab_copy") == "live");
     CHECK(fs::is_regular_file(live_dir / "lock"));
-    CHECK(fs::is_directory(other_dead));
-    CHECK(fs::is_regular_file(other_dead / "ab" / "abcd0000000000000000000000000000"));
   }
   // The child's mount ends normally and cleans up after itself.
   CHECK(live.finish() == 0);
   CHECK_FALSE(fs::exists(live_dir));
-  // The other source's leftover goes when that source is mounted again.
-  {
-    auto dir = create_ok(t.root, kOtherSource);
-    CHECK(dir->leftovers_removed() == 1);
-    CHECK_FALSE(fs::exists(other_dead));
-  }
   CHECK(fs::is_empty(t.root));
+}
+
+TEST_CASE("CacheDir leaves a live mount of another source alone", "[cache_dir]") {
+  Scratch t;
+  LiveMountInChild live(t.root, kOtherSource);
+  REQUIRE_FALSE(live.path().empty());
+  const fs::path live_dir = live.path();
+  std::ofstream(live_dir / "ab_copy") << "live";
+  {
+    auto dir = create_ok(t.root, kSource);
+    CHECK(dir->other_leftovers() == 0);
+    CHECK(dir->wait_background_removal() == 0);
+    CHECK(read_file(live_dir / "ab_copy") == "live");
+    CHECK(fs::is_regular_file(live_dir / "lock"));
+  }
+  CHECK(read_file(live_dir / "ab_copy") == "live");
+  CHECK(live.finish() == 0);
+}
+
+TEST_CASE("CacheDir leaves a kept cache of another source for that source", "[cache_dir]") {
+  Scratch t;
+  const std::string other_prefix = prefix_for(t.root, kOtherSource);
+  const fs::path kept = t.root / (other_prefix + "999999-1");
+  make_kept(kept);
+  {
+    auto dir = create_ok(t.root, kSource);
+    CHECK(dir->other_leftovers() == 0);
+    CHECK(dir->wait_background_removal() == 0);
+    CHECK(fs::is_regular_file(kept / CacheDir::kIndexName));
+  }
+  // Its own source's next mount with --keep-cache takes it over.
+  auto adopted = CacheDir::create(t.root, kOtherSource, true);
+  REQUIRE(adopted.is_ok());
+  CHECK(adopted.value()->adopted());
+  CHECK(read_file(fs::path(adopted.value()->path()) / "ab" / "abcd0000000000000000000000000000") ==
+        "old copy");
+}
+
+TEST_CASE("CacheDir removes the trash a removal cut short left", "[cache_dir]") {
+  Scratch t;
+  const std::string other_prefix = prefix_for(t.root, kOtherSource);
+  // A mount that died while it removed a leftover: its lock is free, or already deleted.
+  const fs::path with_lock = t.root / (".trash." + other_prefix + "999999-1");
+  const fs::path without_lock = t.root / (".trash." + other_prefix + "999999-2");
+  make_leftover(with_lock, true);
+  make_leftover(without_lock, false);
+  // One whose remover is alive (its lock held here) stays.
+  const fs::path held = t.root / (".trash." + other_prefix + "999999-3");
+  make_leftover(held, true);
+  UniqueFd lock(::open((held / "lock").c_str(), O_RDWR | O_CLOEXEC));
+  REQUIRE(lock.valid());
+  REQUIRE(::flock(lock.get(), LOCK_EX | LOCK_NB) == 0);
+  auto dir = create_ok(t.root, kSource);
+  CHECK(dir->other_leftovers() == 0);
+  CHECK(dir->wait_background_removal() == 2);
+  CHECK(names_with(t.root, ".trash.") == std::set<std::string>{held.filename()});
+}
+
+TEST_CASE("CacheDir's first copy starts the background removal", "[cache_dir]") {
+  Scratch t;
+  const std::string other_prefix = prefix_for(t.root, kOtherSource);
+  const fs::path other_dead = t.root / (other_prefix + "999999-1");
+  make_leftover(other_dead, true);
+  auto dir = create_ok(t.root, kSource);
+  REQUIRE(dir->make_parents(CacheDir::object_name("a/b.jpg")).is_ok());
+  // Already started by make_parents: the wait only joins it.
+  CHECK(dir->wait_background_removal() == 1);
+  CHECK(names_with(t.root, ".trash.").empty());
 }
 
 TEST_CASE("CacheDir treats a leftover without a lock file as dead", "[cache_dir]") {
@@ -376,17 +485,34 @@ TEST_CASE("CacheDir removes what a mount that died while building its directory 
     _exit(0);
   }
   REQUIRE(waitpid(pid, nullptr, 0) == pid);
-  const fs::path with_lock = t.root / (".new." + prefix + std::to_string(pid));
-  const fs::path without_lock = t.root / (".new." + prefix + "999999");
-  const fs::path other = t.root / (".new." + other_prefix + std::to_string(pid));
+  const std::string gone = std::to_string(pid);
+  // A builder locks `lock` before it has that name: a free `lock` is a dead builder's.
+  const fs::path with_lock = t.root / (".new." + prefix + gone + "-1");
+  // Without one, the builder's pid and start time decide.
+  const fs::path without_lock = t.root / (".new." + prefix + gone + "-2");
+  const fs::path other = t.root / (".new." + other_prefix + gone + "-1");
   make_leftover(with_lock, true);
   make_leftover(without_lock, false);
   make_leftover(other, true);
+  // This process's pid with another start time: an earlier process that had this pid. A
+  // check by pid alone would take it for a live builder.
+  const fs::path reused_pid = t.root / (".new." + prefix + std::to_string(::getpid()) + "-" +
+                                        start_time_of(::getpid()) + "1");
+  make_leftover(reused_pid, false);
+  // A live process (the one that started the tests), building: alive.
+  const pid_t parent = ::getppid();
+  const fs::path building =
+      t.root / (".new." + prefix + std::to_string(parent) + "-" + start_time_of(parent));
+  make_leftover(building, false);
   auto dir = create_ok(t.root, kSource);
-  CHECK(dir->leftovers_removed() == 2);
+  CHECK(dir->leftovers_removed() == 3);
+  CHECK(dir->other_leftovers() == 1);
   CHECK_FALSE(fs::exists(with_lock));
   CHECK_FALSE(fs::exists(without_lock));
-  CHECK(fs::is_directory(other));
+  CHECK_FALSE(fs::exists(reused_pid));
+  CHECK_FALSE(fs::exists(other));
+  CHECK(fs::is_directory(building));
+  CHECK(names_with(t.root, ".new.") == std::set<std::string>{building.filename()});
 }
 
 TEST_CASE("CacheDir keeps a leftover whose lock is held in this process", "[cache_dir]") {

@@ -27,6 +27,38 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A directory like the cache a dead mount left (docs/cache-format.md): a lock nobody holds and
+// a copy; with kept, the index of --keep-cache too.
+void make_dead_cache(const std::string& dir, bool kept = false) {
+  fs::create_directories(dir + "/ab");
+  std::ofstream(dir + "/lock").flush();
+  std::ofstream(dir + "/ab/ab000000000000000000000000000000") << "old copy";
+  if (kept) {
+    std::ofstream(dir + "/index") << "epochfs-cache-index 1\n";
+  }
+}
+
+// The names in dir, sorted.
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    names.push_back(e.path().filename());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+size_t lines_with(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    n += text.substr(begin, end - begin).find(needle) != std::string::npos ? 1 : 0;
+    begin = end + 1;
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("mount daemonizes once the mount is ready, unmount ends it", "[mount][lifecycle]") {
@@ -359,6 +391,87 @@ TEST_CASE("a root-like cache directory: only epochfs's own directory goes, after
   }
   CHECK(list_tree(root) == before);
   CHECK(read_file(root + "/fedcba9876543210.42/keep") == "not epochfs's");
+}
+
+TEST_CASE("a mount removes the caches dead mounts of other sources left on its --cache-dir",
+          "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  const std::string cache = dir / "cache";
+  const std::string dead = cache + "/0123456789abcdef.4242-17";
+  const std::string kept = cache + "/fedcba9876543210.4243-18";
+  make_dead_cache(dead);
+  make_dead_cache(kept, true);
+  {
+    Mount mount(dir / "src", dir / "mnt", {"--cache-dir", cache});
+    // Renamed out of the way before the mount was ready, and removed in the background once
+    // the mount has made its first copy.
+    CHECK_FALSE(fs::exists(dead));
+    CHECK(read_file(mount / "hello.txt") == "hello");
+    wait_for_staging(mount);
+    auto trash = [&cache] {
+      const auto names = names_in(cache);
+      return std::count_if(names.begin(), names.end(),
+                           [](const std::string& n) { return n.rfind(".trash.", 0) == 0; });
+    };
+    for (int i = 0; i < 2000 && trash() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(trash() == 0);
+    // A kept cache of another source waits for that source.
+    CHECK(read_file(kept + "/ab/ab000000000000000000000000000000") == "old copy");
+    CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+    CHECK(mount.wait_exit() == 0);
+  }
+  CHECK(names_in(cache) == std::vector<std::string>{"fedcba9876543210.4243-18"});
+}
+
+TEST_CASE("epochfs clean removes what dead mounts left, nothing live, nothing else",
+          "[mount][lifecycle]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  const std::string cache = dir / "cache";
+  Mount live(dir / "src", dir / "mnt", {"--cache-dir", cache});
+  const auto live_dirs = names_in(cache);
+  REQUIRE(live_dirs.size() == 1);
+  const std::string live_dir = cache + "/" + live_dirs.front();
+  // Left once the live mount has started, so that only `epochfs clean` removes them: a dead
+  // mount's cache, and the trash of a removal cut short.
+  const std::string dead = cache + "/0123456789abcdef.4242-17";
+  const std::string trash = cache + "/.trash.0123456789abcdee.4244-19";
+  make_dead_cache(dead);
+  make_dead_cache(trash);
+  // Not epochfs's: a directory named like a cache but without a lock, and a file.
+  fs::create_directories(cache + "/0123456789abcdef.1");
+  std::ofstream(cache + "/0123456789abcdef.1/keep") << "not epochfs's";
+  std::ofstream(cache + "/notes.txt") << "mine";
+  const auto before = names_in(cache);
+
+  const CommandResult dry = run_epochfs({"clean", "--cache-dir", cache, "--dry-run"});
+  INFO(dry.output);
+  CHECK(dry.exit_code == 0);
+  CHECK(lines_with(dry.output, "would remove") == 3);  // one per directory, and the total
+  CHECK(lines_with(dry.output, dead + " (dead mount)") == 1);
+  CHECK(lines_with(dry.output, trash + " (") == 1);
+  CHECK(lines_with(dry.output, "would remove 2 directories") == 1);
+  CHECK(lines_with(dry.output, live_dir) == 0);
+  CHECK(names_in(cache) == before);
+
+  const CommandResult real = run_epochfs({"clean", "--cache-dir", cache});
+  INFO(real.output);
+  CHECK(real.exit_code == 0);
+  CHECK(lines_with(real.output, "removed") == 3);
+  CHECK(lines_with(real.output, "removed 2 directories") == 1);
+  std::vector<std::string> kept = {"0123456789abcdef.1", live_dirs.front(), "notes.txt"};
+  std::sort(kept.begin(), kept.end());
+  CHECK(names_in(cache) == kept);
+  CHECK(fs::is_regular_file(live_dir + "/lock"));
+  CHECK(read_file(cache + "/0123456789abcdef.1/keep") == "not epochfs's");
+  CHECK(read_file(live / "hello.txt") == "hello");
+  // Nothing left to do.
+  const CommandResult again = run_epochfs({"clean", "--cache-dir", cache});
+  CHECK(again.exit_code == 0);
+  CHECK(lines_with(again.output, "removed 0 directories") == 1);
 }
 
 }  // namespace epochfs::test
