@@ -423,4 +423,36 @@ TEST_CASE("the shipped Slurm prolog passes a served mount and fails a dead one",
   CHECK_FALSE(is_mounted(mount.path()));
 }
 
+TEST_CASE("the shipped Slurm epilog removes a dead mount's cache and no live one's",
+          "[mount][system]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "cache"});
+  REQUIRE(read_file(mount / "hello.txt") == "hello");
+  const auto entries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir / "cache")) {
+      names.push_back(e.path().filename().string());
+    }
+    return names;
+  };
+  const std::vector<std::string> live = entries();
+  REQUIRE(live.size() == 1);
+  const auto epilog = [&] {
+    return run_command({"env", "-i", "EPOCHFS_CACHE_DIR=" + dir / "cache",
+                        "PATH=" + binary_dir() + ":/usr/sbin:/usr/bin:/sbin:/bin",
+                        deploy_file("slurm-epilog.sh")});
+  };
+  CommandResult r = epilog();
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(entries() == live);
+  REQUIRE(kill(mount.pid(), SIGKILL) == 0);
+  mount.wait_exit();
+  r = epilog();
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(fs::is_empty(dir / "cache"));
+}
+
 }  // namespace epochfs::test
