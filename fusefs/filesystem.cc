@@ -108,8 +108,12 @@ void Filesystem::forget(InodeId id, uint64_t n) {
 }
 
 void Filesystem::forgotten() {
-  if (inodes_.shrink_if_mostly_forgotten()) {
-    malloc_trim(0);
+  // FORGET has no reply to carry ENOMEM, and the shrink is only a saving: out of memory, skip it.
+  try {
+    if (inodes_.shrink_if_mostly_forgotten()) {
+      malloc_trim(0);
+    }
+  } catch (const std::bad_alloc&) {
   }
 }
 
@@ -232,7 +236,12 @@ std::string Filesystem::metrics() const { return metrics_document(engine_.stats(
 
 void Filesystem::release(FileHandle* file) {
   if (file->upload) {
-    (void)sync(*file);  // a writer that never flushed (killed) still gets its verdict logged
+    try {
+      (void)sync(*file);  // a writer that never flushed (killed) still gets its verdict logged
+    } catch (const std::bad_alloc&) {
+      // Out of memory while publishing: the order is lost, the handle must still go.
+      cachestore::log(cachestore::LogLevel::kError, "an order was not published: out of memory");
+    }
   } else {
     engine_.close_file(file->file);
   }
@@ -362,7 +371,12 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   handle->file = std::move(file).value();
   handle->read_fd.store(handle->file.fd.get(), std::memory_order_relaxed);
   handle->reading_copy.store(handle->file.from_cache, std::memory_order_relaxed);
-  return OpenResult{files_.add(std::move(handle)), options_.immutable || unchanged};
+  FileHandle* added = files_.try_add(handle);
+  if (added == nullptr) {
+    engine_.close_file(handle->file);  // unpins the copy: it must stay evictable
+    return Status::error(ENOMEM, "open");
+  }
+  return OpenResult{added, options_.immutable || unchanged};
 }
 
 Result<struct statvfs> Filesystem::statfs() const { return source_.statfs(); }

@@ -631,10 +631,10 @@ fuse_lowlevel_ops make_operations() {
   ops.opendir = Guarded<op_opendir>::call;
   ops.readdir = Guarded<op_readdir>::call;
   ops.readdirplus = Guarded<op_readdirplus>::call;
-  ops.releasedir = op_releasedir;
+  ops.releasedir = Guarded<op_releasedir>::call;
   ops.open = Guarded<op_open>::call;
-  ops.read = op_read;
-  ops.release = op_release;
+  ops.read = Guarded<op_read>::call;
+  ops.release = Guarded<op_release>::call;
   ops.statfs = Guarded<op_statfs>::call;
   ops.getxattr = Guarded<op_getxattr>::call;
   ops.listxattr = Guarded<op_listxattr>::call;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <new>
 #include <unordered_map>
 
 #include "cachestore/sync.h"
@@ -22,6 +23,20 @@ class HandleTable {
     T* raw = handle.get();
     cachestore::MutexLock lock(mu_);
     handles_.emplace(raw, std::move(handle));
+    return raw;
+  }
+
+  // add() that never throws: null if out of memory, and handle then still owns what it held,
+  // so that the caller can undo what the handle stands for (a pinned cached copy).
+  T* try_add(std::unique_ptr<T>& handle) noexcept {
+    T* raw = handle.get();
+    try {
+      cachestore::MutexLock lock(mu_);
+      // Placed empty, then filled: whatever allocation throws, handle was not moved.
+      handles_.emplace(raw, nullptr).first->second = std::move(handle);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
     return raw;
   }
 

@@ -20,6 +20,21 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
+// Runs f when the scope ends, by any way out (an exception too).
+template <typename F>
+class OnExit {
+ public:
+  explicit OnExit(F f) : f_(std::move(f)) {}
+
+  ~OnExit() { f_(); }
+
+  OnExit(const OnExit&) = delete;
+  OnExit& operator=(const OnExit&) = delete;
+
+ private:
+  F f_;
+};
+
 // Errors that say an order's entry is unusable, as opposed to the source being in trouble.
 bool names_no_file(int err) {
   return err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV || err == EISDIR ||
@@ -149,17 +164,11 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path) {
 
   // Ends a flight this open owns on every way out (an exception too), unless a copy job took
   // it over: a flight left behind would make every later open of the file wait in vain.
-  struct FlightGuard {
-    Engine* engine;
-    FileId id;
-    bool* owned;
-
-    ~FlightGuard() {
-      if (*owned) {
-        engine->end_flight(id);
-      }
+  OnExit guard([&] {
+    if (own_flight) {
+      end_flight(id);
     }
-  } guard{this, id, &own_flight};
+  });
 
   auto version = current_version(id, rel_path);
   if (version.is_ok() && !cache_->bypass_hung_disk(id)) {
@@ -324,10 +333,16 @@ bool Engine::prefetch(FileId id, size_t stream) {
     if (!start_prefetch_flight(id, gen)) {
       return;  // a reader took the copy over while it was queued
     }
+    OnExit ended([&] { end_flight(id); });  // a throw must not leave the flight (and slot)
     prefetch_copy(id, stream, path);
-    end_flight(id);
   };
-  if (!stager_->try_submit(std::move(job), Stager::Priority::kPrefetch)) {
+  bool queued = false;
+  try {
+    queued = stager_->try_submit(std::move(job), Stager::Priority::kPrefetch);
+  } catch (const std::bad_alloc&) {
+    queued = false;
+  }
+  if (!queued) {
     end_flight(id, gen);
     return false;
   }
@@ -382,10 +397,10 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
   }
   auto job = [this, id = file.id, path = rel_path, version = file.version,
               fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
+    OnExit ended([&] { end_flight(id); });
     const int64_t start = now_ns();
     stage(id, path, std::move(*fd), version);
     planner_->copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
-    end_flight(id);
   };
   if (!stager_->try_submit(std::move(job))) {
     copies_dropped_.fetch_add(1, kRelaxed);

@@ -6,6 +6,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include "cachestore/log.h"
+
 namespace epochfs::prefetch {
 namespace {
 
@@ -67,7 +69,17 @@ void Stager::run_one() {
   }
   // Acquire pairs with shutdown's release: after stop, queued copies are skipped.
   if (!stopping_.load(std::memory_order_acquire)) {
-    job();
+    // An exception must not leave a pool thread (std::terminate). A job that holds a flight
+    // ends it on every way out (engine.cc), so a throw costs that one copy.
+    try {
+      job();
+    } catch (const std::exception& e) {
+      jobs_failed_.fetch_add(1, std::memory_order_relaxed);
+      cachestore::log(cachestore::LogLevel::kError, "stager: a copy job failed: %s", e.what());
+    } catch (...) {
+      jobs_failed_.fetch_add(1, std::memory_order_relaxed);
+      cachestore::log(cachestore::LogLevel::kError, "stager: a copy job failed");
+    }
   }
   job = nullptr;  // release what the job holds (descriptors) before counting it done
   pending_.fetch_sub(1, std::memory_order_relaxed);

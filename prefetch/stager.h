@@ -41,6 +41,9 @@ class Stager {
 
   unsigned pending() const { return pending_.load(std::memory_order_relaxed); }
 
+  // Jobs that threw (out of memory, a bug): logged and counted; the pool thread lives on.
+  uint64_t jobs_failed() const { return jobs_failed_.load(std::memory_order_relaxed); }
+
   void shutdown();
 
  private:
@@ -48,6 +51,7 @@ class Stager {
   // Relaxed: only a bound on queue length; an off-by-one at the edge drops or keeps one hint.
   std::atomic<unsigned> pending_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> jobs_failed_{0};
   cachestore::Mutex mu_;
   std::deque<std::function<void()>> demand_ GUARDED_BY(mu_);
   std::deque<std::function<void()>> prefetch_ GUARDED_BY(mu_);

@@ -1,8 +1,10 @@
 #include "prefetch/stager.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -10,6 +12,21 @@
 #include <catch2/catch.hpp>
 
 namespace epochfs::prefetch {
+
+TEST_CASE("a job that throws is counted and the pool goes on", "[stager]") {
+  // Before, the exception left the pool thread and ended the process in std::terminate.
+  Stager stager(1, 100);
+  std::atomic<int> ran{0};
+  REQUIRE(stager.try_submit([] { throw std::bad_alloc(); }));
+  REQUIRE(stager.try_submit([] { throw 7; }));
+  REQUIRE(stager.try_submit([&] { ran.fetch_add(1); }));
+  for (int i = 0; i < 1000 && (ran.load() == 0 || stager.pending() > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(ran.load() == 1);
+  CHECK(stager.jobs_failed() == 2);
+  CHECK(stager.pending() == 0);
+}
 
 TEST_CASE("copies a reader waits for run before queued prefetch copies", "[stager]") {
   Stager stager(1, 100);

@@ -24,4 +24,11 @@ if grep -nE '#include <fuse' -r cachestore prefetch fusefs tools --include='*.h'
   echo "check: only fusefs/fuse_ops.h may include libfuse" >&2
   status=1
 fi
+# Every FUSE operation that replies runs inside Guarded (fusefs/fuse_ops.cc): no exception may
+# cross into libfuse's C code. Only init and forget (no reply) may be registered bare.
+if grep -nE '^\s*ops\.[a-z_]+ = op_' fusefs/fuse_ops.cc |
+    grep -vE 'ops\.(init|forget|forget_multi) = op_'; then
+  echo "check: register FUSE operations as Guarded<op_...>::call" >&2
+  status=1
+fi
 exit $status
