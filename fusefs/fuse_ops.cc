@@ -432,6 +432,35 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
   return CopyRead::kSent;
 }
 
+// Answers a read of a cached copy through a buffer, when no pipe can be had (pipe2 refused,
+// EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
+// the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
+// replying from the copy's fd instead would hand its error or short read to the reader.
+CopyRead reply_copy_buffered(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+  thread_local std::vector<char> buffer;
+  const auto file_size = static_cast<uint64_t>(file.file.version.size);
+  const auto at = static_cast<uint64_t>(off);
+  const size_t expected =
+      at >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - at));
+  if (buffer.size() < expected) {
+    buffer.resize(expected);  // at most one read's size (max_read) per worker
+  }
+  const int fd = file.read_fd.load(std::memory_order_acquire);
+  size_t got = 0;
+  while (got < expected) {
+    const ssize_t n = pread(fd, buffer.data() + got, expected - got, off + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return CopyRead::kFailed;
+    }
+    got += static_cast<size_t>(n);
+  }
+  fuse_reply_buf(req, buffer.data(), expected);
+  return CopyRead::kSent;
+}
+
 void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
   // Reply straight from the fd: libfuse splices it when the kernel allows, else preads. With
   // FD_RETRY it goes on after a short read (a source over FUSE or a network filesystem may give
@@ -452,7 +481,10 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
   std::optional<cachestore::DiskWatch::Op> watch;
   if (file.reading_copy.load(std::memory_order_acquire)) {
     watch.emplace(fs_of(req).watch_copy_read());
-    const CopyRead r = reply_from_copy(req, file, size, off);
+    CopyRead r = reply_from_copy(req, file, size, off);
+    if (r == CopyRead::kNoPipe) {
+      r = reply_copy_buffered(req, file, size, off);
+    }
     if (r == CopyRead::kSent) {
       return;
     }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -312,6 +313,60 @@ TEST_CASE("a failing cache disk slows reads down but never fails them", "[mount]
   }
   INFO(read_file(mount / ".epochfs/stats").value_or(""));
   CHECK(stat_of(mount, counter_name) > 0);
+  disk.set_rules("");
+}
+
+// Lowers /proc/sys/fs/pipe-max-size for the life of the object: a process without
+// CAP_SYS_RESOURCE then cannot grow a pipe past it (F_SETPIPE_SZ fails with EPERM), as an
+// unprivileged daemon past pipe-user-pages-soft cannot.
+class PipeMaxSize {
+ public:
+  explicit PipeMaxSize(const std::string& bytes) {
+    std::ifstream("/proc/sys/fs/pipe-max-size") >> saved_;
+    std::ofstream("/proc/sys/fs/pipe-max-size") << bytes;
+  }
+
+  ~PipeMaxSize() { std::ofstream("/proc/sys/fs/pipe-max-size") << saved_; }
+
+  PipeMaxSize(const PipeMaxSize&) = delete;
+  PipeMaxSize& operator=(const PipeMaxSize&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+TEST_CASE("reads of a failing copy go to the source also when no pipe can be had",
+          "[mount][faults]") {
+  // A read of 100 kB needs a pipe of 25 pages; the default pipe has 16, and the daemon may not
+  // grow it (no CAP_SYS_RESOURCE, pipe-max-size one page): the read is answered through a
+  // buffer. Before, it was answered from the copy's descriptor, and the reader got EIO.
+  PipeMaxSize small("4096");
+  TempDir dir;
+  write_files(dir / "data", 10, kSize);
+  fs::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()},
+              {"setpriv", "--bounding-set=-sys_resource", "--"});
+  check_files(mount.path(), dir / "data", 10);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 10);
+  disk.set_rules("read /* errno=EIO\n");
+  REQUIRE(tools::drop_page_cache());
+  // One direct read of the whole file: the kernel passes it on as one READ of 100 kB, which
+  // needs the pipe the daemon cannot have (page-cache reads may start with one page, which a
+  // one-page pipe still takes).
+  std::unique_ptr<char, decltype(&free)> buf(static_cast<char*>(aligned_alloc(4096, 1 << 20)),
+                                             &free);
+  for (int i = 0; i < 10; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    cachestore::UniqueFd fd(::open((mount / name).c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+    REQUIRE(fd.valid());
+    const ssize_t n = ::read(fd.get(), buf.get(), 1 << 20);
+    INFO(name << ": " << (n < 0 ? strerror(errno) : "read"));
+    REQUIRE(n == static_cast<ssize_t>(kSize));
+    CHECK(std::string(buf.get(), kSize) == read_file(dir / ("data/" + name)));
+  }
+  CHECK(stat_of(mount, "cache.dropped_damaged") == 10);
   disk.set_rules("");
 }
 
