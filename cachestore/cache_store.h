@@ -190,6 +190,10 @@ class CacheStore {
 
   const std::string& path() const { return dir_->path(); }
 
+  // Starts removing what dead mounts of other sources left on the cache disk (CacheDir); call
+  // after the daemon's fork, as threads do not survive it.
+  void start_cleanup() const { dir_->start_background_removal(); }
+
  private:
   enum class State : uint8_t { kStaging, kReady, kRemoving };
 

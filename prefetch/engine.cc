@@ -66,6 +66,7 @@ void Engine::start() {
   if (cache_ && !stager_) {
     stager_ = std::make_unique<Stager>(options_.stage_threads, options_.max_pending_copies);
     planner_->start(this);
+    cache_->start_cleanup();
   }
   if (!options_.shuffle_file.empty() && !watch_) {
     auto watch = OrderWatch::start(options_.shuffle_file, [this] {
