@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -310,6 +311,22 @@ std::string resolve_stream_key(const tools::StatsDoc& doc, const std::string& ke
 }
 
 }  // namespace
+
+std::optional<std::string> passthrough_missing() {
+  if (getenv("EPOCHFS_TEST_DENY_PASSTHROUGH") != nullptr) {
+    return "EPOCHFS_TEST_DENY_PASSTHROUGH is set: the daemon acts as on a kernel without it";
+  }
+  struct utsname u;
+  int major = 0;
+  int minor = 0;
+  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2) {
+    return std::string("the kernel's version is unknown");
+  }
+  if (major < 6 || (major == 6 && minor < 9)) {
+    return "Linux " + std::string(u.release) + " has no FUSE passthrough (it came in 6.9)";
+  }
+  return std::nullopt;
+}
 
 int write_order(const Mount& mount, const std::string& text) {
   const std::string path = mount / ".epochfs/order";

@@ -95,6 +95,7 @@ TEST_CASE("auto reads cached files through the kernel where it can, else classic
   TempDir dir;
   write_files(dir / "src", 3, 50000);
   SECTION("the kernel offers passthrough") {
+    SKIP_WITHOUT_PASSTHROUGH();
     Mount mount(dir / "src", dir / "mnt", {"--data-path", "auto"});
     CHECK(mode_of(mount) == "passthrough");
     check_files(mount.path(), dir / "src", 3);

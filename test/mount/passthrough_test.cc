@@ -48,6 +48,7 @@ void read_twice(const Mount& mount, const std::string& src, int count) {
 
 TEST_CASE("with passthrough the kernel reads cached files itself, byte for byte",
           "[mount][passthrough]") {
+  SKIP_WITHOUT_PASSTHROUGH();
   TempDir dir;
   // A local source (tmpfs, whatever the test directory is on): its misses get passthrough too.
   Tmpfs local(dir / "src", "size=16m");
@@ -67,6 +68,7 @@ TEST_CASE("with passthrough the kernel reads cached files itself, byte for byte"
 
 TEST_CASE("a file cached while a miss's open lasts is read from the source by its next open",
           "[mount][passthrough]") {
+  SKIP_WITHOUT_PASSTHROUGH();
   TempDir dir;
   Tmpfs local(dir / "src", "size=16m");
   write_files(dir / "src", 1, 110000);
@@ -101,6 +103,7 @@ TEST_CASE("a file cached while a miss's open lasts is read from the source by it
 
 TEST_CASE("a source on a network or FUSE filesystem is read the classic way, its copies not",
           "[mount][passthrough]") {
+  SKIP_WITHOUT_PASSTHROUGH();
   TempDir dir;
   write_files(dir / "src", 10, 110000);
   // The outer mount's source is a FUSE mount: a passthrough open would make the kernel open
