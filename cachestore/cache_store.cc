@@ -453,7 +453,13 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
     }
   }
   if (err != 0) {
-    abort(std::move(staging), err);
+    // The directory removed under the copy (a cleaner, an `rm -rf` of the cache) is not a
+    // failing disk: make it again now rather than pause staging as for an I/O fault.
+    const bool removed = err == ENOENT && dir_->removed();
+    if (removed) {
+      (void)remake_removed_dir();
+    }
+    abort(std::move(staging), removed ? 0 : err);
     return Status::error(err, "rename into " + dir_->path());
   }
   staging.store_ = nullptr;  // committed: the destructor must not abort

@@ -632,6 +632,30 @@ TEST_CASE("CacheStore makes its directory again when it is deleted underneath", 
   CHECK(files_in(*store).size() == 3);
 }
 
+TEST_CASE("a copy whose directory is deleted before its rename is no disk fault", "[cache_store]") {
+  // A cleaner removed the cache directory while a copy was being written: its rename fails
+  // with ENOENT. Before, that paused staging for 30 s as an I/O fault of the disk.
+  Scratch t;
+  auto store = open_store(t.cache(), uint64_t{1} << 30);
+  const Source a = make_source(t.src(), "a", random_bytes(50000, 8));
+  const Source b = make_source(t.src(), "b", random_bytes(20000, 9));
+  auto s = store->begin_staging(1, a.rel, a.content.size());
+  REQUIRE(s.has_value());
+  bool fault = false;
+  auto hash = copy_into(a.fd.get(), *s, &fault);
+  REQUIRE(hash.is_ok());
+  fs::remove_all(store->path());
+  CHECK(store->commit(std::move(*s), a.version, hash.value()).error_code() == ENOENT);
+  const CacheStats st = store->stats();
+  CHECK(st.errors_io == 0);
+  CHECK(st.staging_aborted == 1);
+  // The directory is back at once, and the next copy is made there.
+  CHECK(fs::is_regular_file(fs::path(store->path()) / "lock"));
+  REQUIRE(stage(*store, 2, b));
+  CHECK(store->stats().skipped_suspended == 0);
+  CHECK(cached_content(*store, 2, b.version) == b.content);
+}
+
 TEST_CASE("CacheStore keeps a copy it cannot open for want of descriptors", "[cache_store]") {
   Scratch t;
   auto store = open_store(t.cache(), uint64_t{1} << 30);
