@@ -196,39 +196,57 @@ Entry Filesystem::control_entry(InodeId id) {
   const InodeId snapshot = next_snapshot_id_.fetch_add(1, std::memory_order_relaxed);
   {
     cachestore::MutexLock lock(snapshots_mu_);
-    snapshots_.emplace(snapshot, Snapshot{id, std::nullopt});
+    snapshots_.emplace(snapshot, Snapshot{id, nullptr});
   }
   struct stat st = control_attr(id);
   st.st_ino = snapshot;
   return Entry{snapshot, st};
 }
 
-const std::string& Filesystem::snapshot_locked(Snapshot& snap) {
-  if (!snap.content) {
-    snap.content = control_content(snap.kind);
+Filesystem::SnapshotView Filesystem::snapshot(InodeId id) {
+  InodeId kind;
+  {
+    cachestore::MutexLock lock(snapshots_mu_);
+    auto it = snapshots_.find(id);
+    if (it == snapshots_.end()) {
+      return SnapshotView{};
+    }
+    if (it->second.content) {
+      return SnapshotView{it->second.kind, it->second.content};
+    }
+    kind = it->second.kind;
   }
-  return *snap.content;
-}
-
-struct stat Filesystem::control_file_attr(InodeId id) {
+  // Made without the lock: verify hashes the whole cache, and FORGET, LOOKUP and GETATTR of
+  // every other control node take the lock.
+  auto made = std::make_shared<const std::string>(control_content(kind));
   cachestore::MutexLock lock(snapshots_mu_);
   auto it = snapshots_.find(id);
   if (it == snapshots_.end()) {
+    return SnapshotView{kind, made};  // forgotten meanwhile
+  }
+  if (!it->second.content) {
+    it->second.content = std::move(made);  // the first one made is the one every read sees
+  }
+  return SnapshotView{kind, it->second.content};
+}
+
+struct stat Filesystem::control_file_attr(InodeId id) {
+  const SnapshotView snap = snapshot(id);
+  if (!snap.content) {
     return control_attr(id);
   }
-  struct stat st = control_attr(it->second.kind);
+  struct stat st = control_attr(snap.kind);
   st.st_ino = id;
-  st.st_size = static_cast<off_t>(snapshot_locked(it->second).size());
+  st.st_size = static_cast<off_t>(snap.content->size());
   return st;
 }
 
 std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t size) {
-  cachestore::MutexLock lock(snapshots_mu_);
-  auto it = snapshots_.find(id);
-  if (it == snapshots_.end()) {
+  const SnapshotView snap = snapshot(id);
+  if (!snap.content) {
     return std::string();
   }
-  const std::string& text = snapshot_locked(it->second);
+  const std::string& text = *snap.content;
   return offset >= text.size() ? std::string() : text.substr(offset, size);
 }
 

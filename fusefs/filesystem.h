@@ -206,13 +206,19 @@ class Filesystem {
   std::string control_content(InodeId id);
 
   struct Snapshot {
-    InodeId kind;  // kStatsFileId, kVerifyFileId or kMetricsFileId
-    std::optional<std::string> content;
+    InodeId kind;                                // kStatsFileId, kVerifyFileId or kMetricsFileId
+    std::shared_ptr<const std::string> content;  // made at the first getattr or read
+  };
+
+  struct SnapshotView {
+    InodeId kind = 0;
+    std::shared_ptr<const std::string> content;  // null: no such snapshot
   };
 
   // The entry a lookup of control node id answers (a snapshot's with implicit opens).
   Entry control_entry(InodeId id);
-  const std::string& snapshot_locked(Snapshot& snap) REQUIRES(snapshots_mu_);
+  // Snapshot id with its content, made now (outside snapshots_mu_) if it has none yet.
+  SnapshotView snapshot(InodeId id) EXCLUDES(snapshots_mu_);
 
   // Mutable state (each locked inside; leaf locks, never held together).
   InodeTable inodes_;

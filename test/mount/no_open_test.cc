@@ -7,13 +7,17 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
+#include "tools/process.h"
 #include "tools/read_bench.h"
 #include "tools/stats_doc.h"
 
@@ -107,6 +111,50 @@ TEST_CASE("auto reads cached files through the kernel where it can, else classic
     CHECK(mode_of(mount) == "classic");
     check_files(mount.path(), dir / "src", 3);
   }
+}
+
+TEST_CASE("with no-open a verify hung on the cache disk holds up no read of stats",
+          "[mount][no-open]") {
+  // Control-file snapshots are made outside the lock that every control node's LOOKUP,
+  // GETATTR and FORGET take: before, a slow verify (it hashes the whole cache) parked them all.
+  TempDir dir;
+  write_files(dir / "src", 5, 10000);
+  std::filesystem::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "src", dir / "mnt", {"--data-path", "no-open", "--cache-dir", disk.path()});
+  check_files(mount.path(), dir / "src", 5);
+  wait_for_staging(mount);
+  REQUIRE(tools::drop_page_cache());
+  disk.set_rules("read /* hang\n");
+  const pid_t verifier = ::fork();
+  if (verifier == 0) {
+    _exit(read_file(mount / ".epochfs/verify") ? 0 : 1);
+  }
+  REQUIRE(verifier > 0);
+  // Until faultfs has counted the hang: the verify is then stuck on the cache disk.
+  const auto injected = [&] {
+    const std::string s = disk.stats();
+    const size_t at = s.find("\"injected\": ");
+    return at == std::string::npos ? 0 : std::stoi(s.substr(at + 12));
+  };
+  for (int i = 0; i < 1000 && injected() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(injected() > 0);
+  const pid_t reader = ::fork();
+  if (reader == 0) {
+    _exit(read_file(mount / ".epochfs/stats") ? 0 : 1);
+  }
+  REQUIRE(reader > 0);
+  // A bound, not a timing: the reader either finishes or is parked until the release below.
+  const auto read_stats = tools::wait_exit(reader, std::chrono::seconds(20));
+  disk.set_rules("");
+  disk.release();
+  if (!read_stats) {
+    tools::wait_exit(reader, std::chrono::seconds(60));
+  }
+  CHECK(read_stats == std::optional<int>(0));
+  CHECK(tools::wait_exit(verifier, std::chrono::seconds(60)) == std::optional<int>(0));
 }
 
 }  // namespace epochfs::test
