@@ -56,6 +56,17 @@ Result<T> stale_if_gone(Result<T> result) {
   return result;
 }
 
+// For InodeTable::add_reference: whether another name in the source still leads to the file
+// st describes (a hard link), so that one node may serve both names. A stat, asked only when
+// an unchanged file is looked up under a name other than its node's (see add_reference).
+InodeTable::NamesFile names_of(const cachestore::RootDir& source, const struct stat& st) {
+  return [&source, &st](const std::string& other) {
+    auto other_st = source.stat_at(other);
+    return other_st.is_ok() && other_st.value().st_dev == st.st_dev &&
+           other_st.value().st_ino == st.st_ino;
+  };
+}
+
 }  // namespace
 
 Result<std::string> Filesystem::path_of(InodeId id) const {
@@ -83,14 +94,14 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
   }
   std::string path = cachestore::join_path(dir.value(), name);
   if (auto fresh = engine_.fresh_attributes(path)) {
-    return Entry{inodes_.add_reference(*fresh, path), *fresh};
+    return Entry{inodes_.add_reference(*fresh, path, names_of(source_, *fresh)), *fresh};
   }
   auto st = source_.stat_at(path);
   if (!st.is_ok()) {
     return st.status();
   }
   engine_.observe(path, st.value());
-  const InodeId id = inodes_.add_reference(st.value(), path);
+  const InodeId id = inodes_.add_reference(st.value(), path, names_of(source_, st.value()));
   return Entry{id, st.value()};
 }
 

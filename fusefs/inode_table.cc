@@ -9,35 +9,95 @@ using cachestore::MutexLock;
 InodeTable::InodeTable(const struct stat& root_st) : root_key_{root_st.st_dev, root_st.st_ino} {
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
-  by_id_.emplace(kRootInodeId, Inode{root_key_, "", 1, {}});
+  by_id_.emplace(kRootInodeId, Inode{root_key_, "", 1, {}, {}, S_IFDIR});
   by_key_.emplace(root_key_, kRootInodeId);
 }
 
-InodeId InodeTable::add_reference(const struct stat& st, const std::string& path) {
-  const Key key{st.st_dev, st.st_ino};
-  MutexLock lock(mu_);
-  auto [it, inserted] = by_key_.try_emplace(key, next_id_);
-  if (!inserted && it->second != kRootInodeId) {
-    // A file that changed since it was opened gets a new node: the kernel then starts a new
-    // inode for it, free of what it holds for the old version (pages, a passthrough backing
-    // file). The old node lives on until the kernel forgets it.
-    const FileVersion& opened = by_id_.at(it->second).version;
-    if (opened != FileVersion{} && opened != FileVersion::of(st)) {
-      it->second = next_id_;
-      inserted = true;
+InodeId InodeTable::add_reference(const struct stat& st, const std::string& path,
+                                  const NamesFile& names_file) {
+  const Found found{Key{st.st_dev, st.st_ino}, FileVersion::of(st), st.st_mode & S_IFMT};
+  std::string other;  // the node's other name, to be checked in the source
+  {
+    MutexLock lock(mu_);
+    if (auto id = reuse_locked(found, path, nullptr, &other)) {
+      return *id;
+    }
+    if (other.empty() || !names_file) {
+      return add_node_locked(found, path);
     }
   }
-  if (inserted) {
-    by_id_.emplace(next_id_, Inode{key, path, 1, {}});
-    peak_ = std::max(peak_, by_id_.size());
-    return next_id_++;
+  // Only a lookup under a name other than the node's, of an unchanged file, gets here: a hard
+  // link, or a file renamed or replaced within one tick of the clock that stamps ctime (a
+  // rename changes ctime). Rare, so the stat this costs is too.
+  const bool linked = names_file(other);
+  MutexLock lock(mu_);
+  // The table may have changed meanwhile; if the node was renamed again, a new node is safe.
+  if (auto id = reuse_locked(found, path, linked ? &other : nullptr, nullptr)) {
+    return *id;
   }
-  Inode& inode = by_id_.at(it->second);
-  ++inode.nlookup;
-  if (inode.path != path && it->second != kRootInodeId) {
+  return add_node_locked(found, path);
+}
+
+std::optional<InodeId> InodeTable::reuse_locked(const Found& found, const std::string& path,
+                                                const std::string* linked, std::string* to_check) {
+  auto it = by_key_.find(found.key);
+  if (it == by_key_.end()) {
+    return std::nullopt;
+  }
+  const InodeId id = it->second;
+  Inode& inode = by_id_.at(id);
+  if (id == kRootInodeId) {
+    // The root reached again through a bind mount inside the source: its path stays "".
+    ++inode.nlookup;
+    return id;
+  }
+  if (inode.type != found.type) {
+    return std::nullopt;  // another file
+  }
+  if (found.type == S_IFDIR) {
+    // A directory keeps its node as its entries change: a new node would make the kernel drop
+    // its cached subtree, and the working directories in it. Found under another name, it was
+    // renamed (or is another directory with a reused number): the kernel keeps one name per
+    // directory inode and moves its entry to the new name, so the old name cannot lead here.
+    ++inode.nlookup;
     inode.path = path;
+    inode.seen = found.version;
+    return id;
   }
-  return it->second;
+  // A file that changed since the node saw it gets a new node: the kernel starts a new inode,
+  // free of what it holds for the old one (pages, a passthrough backing file, the names that
+  // led to it). Under another name, only a hard link (the node's name still leads to the file)
+  // shares the node; a file can have several names in the kernel, so a renamed file, or a new
+  // file with a deleted one's number, gets a new node and the old name keeps the old path.
+  if (inode.seen != found.version) {
+    return std::nullopt;
+  }
+  if (inode.path != path && (linked == nullptr || *linked != inode.path)) {
+    if (to_check != nullptr) {
+      *to_check = inode.path;
+    }
+    return std::nullopt;
+  }
+  ++inode.nlookup;
+  inode.path = path;
+  inode.seen = found.version;
+  return id;
+}
+
+InodeId InodeTable::add_node_locked(const Found& found, const std::string& path) {
+  const InodeId id = next_id_;
+  const auto node =
+      by_id_.emplace(id, Inode{found.key, path, 1, {}, found.version, found.type}).first;
+  try {
+    // An older node of the key lives on until the kernel forgets it, but lookups find this one.
+    by_key_.insert_or_assign(found.key, id);
+  } catch (...) {
+    by_id_.erase(node);
+    throw;
+  }
+  ++next_id_;
+  peak_ = std::max(peak_, by_id_.size());
+  return id;
 }
 
 bool InodeTable::forget(InodeId id, uint64_t n) {
@@ -73,8 +133,9 @@ bool InodeTable::note_version(InodeId id, const FileVersion& version) {
   if (it == by_id_.end()) {
     return false;
   }
-  const bool unchanged = it->second.version == version;
-  it->second.version = version;
+  const bool unchanged = it->second.opened == version;
+  it->second.opened = version;
+  it->second.seen = version;
   return unchanged;
 }
 

@@ -9,6 +9,15 @@
 // entry, and the st_ino reported to users is the source's, so it is stable for the life of the
 // mount even when the kernel forgets a node and looks it up again under a new node id.
 //
+// A file's node is reused only for the file it was made for. ext4 and xfs give a deleted
+// file's inode number to the next file created, while the kernel may still hold the old name's
+// node; reusing that node, with its path rewritten, would lead the old name to the new file.
+// So a file whose version (size, mtime, ctime in nanoseconds) or type changed since its node
+// last saw it gets a new node, and one found under another name shares its node only if the
+// node's name still leads to it (a hard link). A renamed file's node keeps its old, vanished
+// path, so that its old name answers as deleted. A directory keeps its node when it changes
+// or is renamed: the kernel gives a directory inode one name, and moves it to the new one.
+//
 // We keep a path per entry, not an fd: an fd per inode would hit the 20,000 open-files limit
 // long before a dataset's file count.
 //
@@ -18,6 +27,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -39,9 +49,18 @@ class InodeTable {
   // root_st: the source root's attributes.
   explicit InodeTable(const struct stat& root_st);
 
+  // Whether another name in the source still leads to the file being added: a hard link.
+  // Asks the source; called without the table's lock held.
+  using NamesFile = std::function<bool(const std::string& other_path)>;
+
   // Records one kernel reference to the file at path with attributes st; returns its id.
-  // The path is updated if the file was reached by another name (rename or hard link).
-  InodeId add_reference(const struct stat& st, const std::string& path);
+  // The node that holds st's (st_dev, st_ino) and type is reused, and takes path, if st is a
+  // directory, or if the node last saw this version of the file, under path or under a name
+  // that names_file confirms still leads to the file. Otherwise st gets a new node, and the
+  // old one lives on under its old path until the kernel forgets it. Without names_file,
+  // another name never shares a file's node.
+  InodeId add_reference(const struct stat& st, const std::string& path,
+                        const NamesFile& names_file = {});
 
   // Drops n references; erases the entry at zero. Unknown ids are ignored (logged by caller).
   // Returns false if the id was unknown.
@@ -51,7 +70,8 @@ class InodeTable {
   std::optional<std::string> path_of(InodeId id) const;
 
   // Records the version seen at open; returns true if it equals the one seen at the previous
-  // open, i.e. pages the kernel cached then are still valid.
+  // open, i.e. pages the kernel cached then are still valid. A lookup that finds another
+  // version then gets a new node.
   bool note_version(InodeId id, const FileVersion& version);
 
   size_t size() const;
@@ -80,8 +100,28 @@ class InodeTable {
     Key key;
     std::string path;
     uint64_t nlookup = 0;
-    FileVersion version;
+    FileVersion opened;  // at the latest open ({} if never opened)
+    FileVersion seen;    // at the latest lookup or open
+    mode_t type = 0;     // st_mode & S_IFMT
   };
+
+  // What a lookup found: st's key, version and type.
+  struct Found {
+    Key key;
+    FileVersion version;
+    mode_t type;
+  };
+
+  // Takes one more reference on the node that holds found.key, if it may serve path (see
+  // add_reference); linked: a name of the node that the source confirmed still leads to the
+  // file. Otherwise nullopt, and *to_check (if given) is set to the node's other name when
+  // confirming it would allow the reuse.
+  std::optional<InodeId> reuse_locked(const Found& found, const std::string& path,
+                                      const std::string* linked, std::string* to_check)
+      REQUIRES(mu_);
+
+  // A new node for found at path, which takes found.key over from any older node.
+  InodeId add_node_locked(const Found& found, const std::string& path) REQUIRES(mu_);
 
   mutable cachestore::Mutex mu_;
   std::unordered_map<InodeId, Inode> by_id_ GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 #include "fusefs/inode_table.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -39,12 +40,28 @@ TEST_CASE("lookup counts are honoured exactly by forget", "[inode_table]") {
   CHECK_FALSE(table.forget(a, 1));  // unknown id: reported, not a crash
 }
 
+// A NamesFile that answers from a fixed set of names still leading to the file.
+InodeTable::NamesFile names(std::vector<std::string> linked, int* asked = nullptr) {
+  return [linked = std::move(linked), asked](const std::string& other) {
+    if (asked != nullptr) {
+      ++*asked;
+    }
+    return std::find(linked.begin(), linked.end(), other) != linked.end();
+  };
+}
+
 TEST_CASE("one file reached by two names shares an entry", "[inode_table]") {
   InodeTable table(make_stat(2));
-  const InodeId a = table.add_reference(make_stat(10), "dir/a");
-  const InodeId b = table.add_reference(make_stat(10), "dir/hardlink");
+  int asked = 0;
+  const InodeId a = table.add_reference(make_stat(10), "dir/a", names({}, &asked));
+  CHECK(asked == 0);  // a new node: nothing to check
+  const InodeId b = table.add_reference(make_stat(10), "dir/hardlink", names({"dir/a"}, &asked));
   CHECK(a == b);
+  CHECK(asked == 1);
   CHECK(table.path_of(a) == "dir/hardlink");
+  CHECK(table.lookup_count(a) == 2);
+  CHECK(table.add_reference(make_stat(10), "dir/hardlink", names({}, &asked)) == a);
+  CHECK(asked == 1);  // the node's own name: no check
   // Same inode number on another device is another file.
   CHECK(table.add_reference(make_stat(10, 2), "mnt/a") != a);
 }
@@ -103,6 +120,106 @@ TEST_CASE("a file changed since it was opened gets a new node", "[inode_table]")
   CHECK_FALSE(table.path_of(a).has_value());
   CHECK(table.add_reference(st, "a") == b);
   CHECK(table.lookup_count(b) == 2);
+}
+
+TEST_CASE("a new file given a deleted file's inode number gets a new node", "[inode_table]") {
+  // ext4 and xfs hand a deleted file's number to the next file created. The kernel may still
+  // hold the old name's node: were it reused, with its path rewritten, the old name would
+  // lead to the new file.
+  InodeTable table(make_stat(2));
+  struct stat old_file = make_stat(10);
+  old_file.st_mode = S_IFREG | 0644;
+  old_file.st_size = 1000;
+  old_file.st_ctim = {100, 1};
+  old_file.st_mtim = old_file.st_ctim;
+  const InodeId a = table.add_reference(old_file, "a");  // stat'ed only, never opened
+  struct stat new_file = old_file;
+  new_file.st_size = 3000;
+  new_file.st_ctim = {200, 2};
+  new_file.st_mtim = new_file.st_ctim;
+  const InodeId b = table.add_reference(new_file, "b");
+  CHECK(b != a);
+  CHECK(table.path_of(a) == "a");  // still the deleted name: it answers as deleted
+  CHECK(table.path_of(b) == "b");
+  CHECK(table.add_reference(new_file, "b") == b);
+  CHECK(table.forget(a, 1));
+  CHECK(table.add_reference(new_file, "b") == b);  // a's forget left b's key alone
+  CHECK(table.lookup_count(b) == 3);
+}
+
+TEST_CASE("a file found under a name that no longer leads to its node's gets a new node",
+          "[inode_table]") {
+  // Renamed, or deleted and its number given to a new file, within one tick of the clock that
+  // stamps ctime, so that size, mtime and ctime all match: the old name is asked about.
+  InodeTable table(make_stat(2));
+  struct stat st = make_stat(10);
+  st.st_mode = S_IFREG | 0644;
+  const InodeId a = table.add_reference(st, "a", names({}));
+  int asked = 0;
+  const InodeId b = table.add_reference(st, "b", names({}, &asked));
+  CHECK(asked == 1);
+  CHECK(b != a);
+  CHECK(table.path_of(a) == "a");  // gone from the source: the old name answers as deleted
+  CHECK(table.path_of(b) == "b");
+  // The new node is the one later lookups find.
+  CHECK(table.add_reference(st, "b", names({}, &asked)) == b);
+  CHECK(asked == 1);
+}
+
+TEST_CASE("a file changed since its node saw it gets a new node, opened or not", "[inode_table]") {
+  InodeTable table(make_stat(2));
+  struct stat st = make_stat(10);
+  st.st_mode = S_IFREG | 0644;
+  st.st_size = 100;
+  const InodeId a = table.add_reference(st, "a");
+  st.st_ctim.tv_nsec = 1;  // touch -r, cp -p: same size and mtime
+  const InodeId changed = table.add_reference(st, "a");
+  CHECK(changed != a);
+  CHECK(table.add_reference(st, "a") == changed);
+  // A version seen at open is the node's too: a lookup of that version keeps the node.
+  st.st_size = 200;
+  table.note_version(changed, FileVersion::of(st));
+  CHECK(table.add_reference(st, "a") == changed);
+  // Another type under the same number is another file.
+  struct stat dir = st;
+  dir.st_mode = S_IFDIR | 0755;
+  CHECK(table.add_reference(dir, "a") != changed);
+}
+
+TEST_CASE("a directory keeps its node as its entries change and when renamed", "[inode_table]") {
+  // The kernel gives a directory inode one name: it moves the old name's entry to the new one.
+  InodeTable table(make_stat(2));
+  struct stat st = make_stat(10);
+  st.st_mode = S_IFDIR | 0755;
+  st.st_size = 4096;
+  const InodeId d = table.add_reference(st, "d");
+  st.st_mtim.tv_sec = st.st_ctim.tv_sec = 5;  // a file added in it
+  st.st_size = 8192;
+  CHECK(table.add_reference(st, "d") == d);
+  int asked = 0;
+  CHECK(table.add_reference(st, "e", names({}, &asked)) == d);
+  CHECK(asked == 0);
+  CHECK(table.path_of(d) == "e");
+  CHECK(table.lookup_count(d) == 3);
+}
+
+TEST_CASE("the other name is checked without the lock, and a table changed meanwhile wins",
+          "[inode_table]") {
+  InodeTable table(make_stat(2));
+  const InodeId a = table.add_reference(make_stat(10), "a");
+  InodeId during = 0;
+  // While "x" waits for its check of "a", the kernel looks up "c" (which takes the key).
+  const InodeId x = table.add_reference(make_stat(10), "x", [&](const std::string& other) {
+    CHECK(other == "a");
+    during = table.add_reference(make_stat(10), "c");
+    return true;  // "a" still names it, but the node to reuse is no longer a
+  });
+  CHECK(during != a);
+  CHECK(x != a);
+  CHECK(x != during);
+  CHECK(table.path_of(a) == "a");
+  CHECK(table.path_of(during) == "c");
+  CHECK(table.path_of(x) == "x");
 }
 
 TEST_CASE("a table the kernel mostly let go of shrinks once per fall", "[inode_table]") {
