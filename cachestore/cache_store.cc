@@ -339,7 +339,8 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
         ++counters_.staging_now;
         return true;
       }
-      auto victim = policy_->choose_victim([this](FileId v) {
+      // Called by choose_victim within this scope, with mu_ held.
+      auto victim = policy_->choose_victim([this](FileId v) NO_THREAD_SAFETY_ANALYSIS {
         auto it = entries_.find(v);
         return it != entries_.end() && it->second.state == State::kReady && it->second.pins == 0;
       });

@@ -224,7 +224,7 @@ MetricsFileWriter::MetricsFileWriter(std::string path, std::function<std::string
 
 MetricsFileWriter::~MetricsFileWriter() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    cachestore::MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -232,12 +232,13 @@ MetricsFileWriter::~MetricsFileWriter() {
 }
 
 void MetricsFileWriter::run() {
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    lock.unlock();
     write_once();
-    lock.lock();
-    if (stopping_ || wake_.wait_for(lock, period_, [this] { return stopping_; })) {
+    cachestore::MutexLock lock(mu_);
+    if (!stopping_) {
+      wake_.wait_for(period_);  // an early wake-up only writes the file sooner
+    }
+    if (stopping_) {
       return;
     }
   }

@@ -9,12 +9,11 @@
 // Thread-safety: metrics_text is a pure function; the writer owns its thread.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "cachestore/sync.h"
 #include "prefetch/engine.h"
 
 namespace epochfs::fusefs {
@@ -45,9 +44,9 @@ class MetricsFileWriter {
   const std::string path_;
   const std::function<std::string()> make_;
   const std::chrono::milliseconds period_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
+  cachestore::Mutex mu_;
+  cachestore::CondVar wake_{&mu_};
+  bool stopping_ GUARDED_BY(mu_) = false;
   bool failing_ = false;  // the last write failed (logged once until it works again)
   std::thread thread_;
 };

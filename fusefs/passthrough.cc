@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 #include <unordered_map>
 
 #include "cachestore/log.h"
+#include "cachestore/sync.h"
 
 namespace epochfs::fusefs::passthrough {
 namespace {
@@ -84,8 +84,8 @@ struct State {
   std::atomic<uint64_t> opens{0};
   std::atomic<uint64_t> source_opens{0};
   std::atomic<const char*> why{"not requested (--data-path classic)"};
-  std::mutex mu;
-  std::unordered_map<uint64_t, InodeOpens> inodes;
+  cachestore::Mutex mu;
+  std::unordered_map<uint64_t, InodeOpens> inodes GUARDED_BY(mu);
 };
 
 State& state() {
@@ -238,7 +238,7 @@ Opened begin_open(uint64_t ino, int fd, Backing backing) {
   if (!s.negotiated.load()) {
     return {};
   }
-  std::lock_guard<std::mutex> lock(s.mu);
+  cachestore::MutexLock lock(s.mu);
   InodeOpens& inode = s.inodes[ino];
   if (inode.passthrough == 0) {
     const bool from_cache = backing == Backing::kCopy;
@@ -263,7 +263,7 @@ void end_open(uint64_t ino, uint32_t backing_id) {
   if (!s.negotiated.load()) {
     return;
   }
-  std::lock_guard<std::mutex> lock(s.mu);
+  cachestore::MutexLock lock(s.mu);
   auto it = s.inodes.find(ino);
   if (it == s.inodes.end()) {
     return;
@@ -283,7 +283,7 @@ void end_open(uint64_t ino, uint32_t backing_id) {
 
 uint64_t backing_files() {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  cachestore::MutexLock lock(s.mu);
   uint64_t n = 0;
   for (const auto& entry : s.inodes) {
     n += entry.second.backing_id != 0 ? 1 : 0;

@@ -8,13 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <list>
-#include <mutex>
 #include <system_error>
 #include <thread>
 
 #include "cachestore/log.h"
+#include "cachestore/sync.h"
 #include "fusefs/fuse_ops.h"
 
 namespace epochfs::fusefs {
@@ -58,7 +57,7 @@ class Pool {
   int run();
 
  private:
-  bool start_worker();  // with mu_ held
+  bool start_worker() REQUIRES(mu_);
   void work(Worker* w);
   void took_request();
   void finished_request();
@@ -68,12 +67,13 @@ class Pool {
   fuse_session* const se_;
   const unsigned max_threads_;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::condition_variable ended_cv_;
-  std::list<Worker> workers_;  // a list: each worker keeps its address
-  unsigned idle_ = 0;          // workers not serving a request
-  bool ended_ = false;
-  int reason_ = 0;
+  cachestore::Mutex mu_;
+  cachestore::CondVar ended_cv_{&mu_};
+  // A list: each worker keeps its address. Read without mu_ once no worker can start.
+  std::list<Worker> workers_;
+  unsigned idle_ GUARDED_BY(mu_) = 0;  // workers not serving a request
+  bool ended_ GUARDED_BY(mu_) = false;
+  int reason_ GUARDED_BY(mu_) = 0;
 };
 
 bool Pool::start_worker() {
@@ -133,7 +133,7 @@ void Pool::work(Worker* w) {
 }
 
 void Pool::took_request() {
-  std::lock_guard lock(mu_);
+  cachestore::MutexLock lock(mu_);
   --idle_;
   // Another worker waits for the next request while this one serves, so a slow request (a
   // source read) never holds up the others.
@@ -143,12 +143,12 @@ void Pool::took_request() {
 }
 
 void Pool::finished_request() {
-  std::lock_guard lock(mu_);
+  cachestore::MutexLock lock(mu_);
   ++idle_;
 }
 
 void Pool::end(int reason) {
-  std::lock_guard lock(mu_);
+  cachestore::MutexLock lock(mu_);
   if (!ended_) {
     ended_ = true;
     reason_ = reason;
@@ -178,12 +178,12 @@ void Pool::wake_until_all_left() {
 int Pool::run() {
   install_wake_handler();
   {
-    std::unique_lock lock(mu_);
+    cachestore::MutexLock lock(mu_);
     if (!start_worker()) {
       return -EAGAIN;
     }
     while (!ended_ && fuse_session_exited(se_) == 0) {
-      ended_cv_.wait_for(lock, kExitPollPeriod);
+      ended_cv_.wait_for(kExitPollPeriod);
     }
     // From here no worker is started, so workers_ is read without mu_.
     stopping_.store(true);
@@ -192,6 +192,7 @@ int Pool::run() {
   for (Worker& w : workers_) {
     w.thread.join();
   }
+  cachestore::MutexLock lock(mu_);
   return reason_;
 }
 

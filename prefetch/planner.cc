@@ -407,7 +407,7 @@ void Planner::end_finished_jobs() {
   }
   // /proc is read without the lock: a publish racing this sweep adds an anchor or activity,
   // which the check below sees.
-  const auto idle_ns = static_cast<int64_t>(jobs_.limits().idle_timeout_s * 1e9);
+  const auto idle_ns = static_cast<int64_t>(options_.limits.idle_timeout_s * 1e9);
   std::vector<Candidate> ended;
   for (auto& c : candidates) {
     const bool idle = now - c.last_active_ns > idle_ns;
