@@ -35,11 +35,11 @@ def make_images(root, files=120, classes=4, size=32):
 
 
 class Mount:
-    def __init__(self, source, path, cache):
+    def __init__(self, source, path, cache, options=()):
         self.path = path
         os.makedirs(path)
         subprocess.run([BINARY, "mount", source, path, "--cache-dir", cache, "--log-level",
-                        "warning"], check=True, stdin=subprocess.DEVNULL)
+                        "warning", *options], check=True, stdin=subprocess.DEVNULL)
 
     def stats(self):
         import epochfs
