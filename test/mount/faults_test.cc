@@ -265,22 +265,43 @@ TEST_CASE("an unreachable source: cached files are still served, never as empty"
 }
 
 TEST_CASE("a file changed while it is being copied is never served torn", "[mount][faults]") {
+  // RELIABILITY.md F7: the copy is made from the version seen at the open; a change of the
+  // source during the copy must throw the copy away (Engine::stage's check after the copy), not
+  // publish it for the version check of a later open to catch.
   const char* how = GENERATE("append", "truncate", "rewrite");
   INFO(how);
   TempDir dir;
   write_files(dir / "data", 2, kSize);
+  const auto original = read_file(dir / "data/f0");
   FaultFs faults(dir / "data", dir / "faulty");
   Mount mount(faults.path(), dir / "mnt", {"--attr-timeout", "0"});
-  // The second read of f0 (the copy's, after the reader's own) changes it underneath.
+  // The first read of f0 that reaches the source changes it underneath. The copy must read
+  // f0 at least once, so the change always comes before the copy ends: the copy of the open's
+  // version is read across it (or after it), whichever of the reader and the copy reads first.
   faults.set_rules(std::string("read /f0 mutate=") + how + " count=1\n");
   (void)read_file(mount / "f0");
   wait_for_staging(mount);
+  INFO(faults.stats());
+  INFO(read_file(mount / ".epochfs/stats").value_or(""));
+  REQUIRE(contains(faults.stats(), "\"injected\": 1"));
+  REQUIRE(read_file(dir / "data/f0") != original);  // the source has a new version
+  // The copy made while the file changed was aborted: nothing was published.
+  CHECK(stat_of(mount, "cache.copies_aborted") == 1);
+  CHECK(stat_of(mount, "cache.files_staged") == 0);
+  CHECK(stat_of(mount, "cache.files_cached") == 0);
   faults.set_rules("");
-  // Every later open gets the file as it now is in the source.
+  // Every later open gets the file as it now is in the source: the first reads it there and
+  // copies the new version, the others are served that copy.
+  const double hits = stat_of(mount, "hits");
   for (int k = 0; k < 3; ++k) {
     check_same(mount / "f0", dir / "data/f0");
     wait_for_staging(mount);
   }
+  CHECK(stat_of(mount, "cache.files_staged") == 1);
+  CHECK(stat_of(mount, "hits") - hits == 2);
+  // No copy of the old version was ever there for an open to find stale and drop.
+  CHECK(stat_of(mount, "cache.dropped_stale") == 0);
+  CHECK(stat_of(mount, "cache.copies_aborted") == 1);
 }
 
 TEST_CASE("a failing cache disk slows reads down but never fails them", "[mount][faults]") {
