@@ -104,6 +104,13 @@ std::optional<ProcessRef> session_leader_of(pid_t tid) {
 }
 
 bool alive(const ProcessRef& p) {
+  // A zombie has exited: its parent has not reaped it yet, but it runs no more.
+  const std::string text = read_proc("/proc/" + std::to_string(p.pid) + "/stat");
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' ||
+      text[close + 2] == 'X') {
+    return false;
+  }
   auto start = stat_field(p.pid, kStartTimeField);
   return start && *start == p.start_ticks;
 }
