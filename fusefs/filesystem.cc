@@ -369,7 +369,7 @@ void Filesystem::count_read(const FileHandle& file, uint64_t size, uint64_t offs
   engine_.count_read(file.file, offset >= file_size ? 0 : std::min(size, file_size - offset));
 }
 
-Result<OpenResult> Filesystem::open(InodeId id, int flags) {
+Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> opener) {
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
     return Status::error(kReadOnlyError, "open for writing");
   }
@@ -380,7 +380,7 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags) {
   if (!path.is_ok()) {
     return path.status();
   }
-  auto file = engine_.open_file(path.value());
+  auto file = engine_.open_file(path.value(), opener);
   if (!file.is_ok()) {
     if (file.error_code() == EACCES && geteuid() == 0) {
       // Root is refused by permissions only where the server maps it to nobody.

@@ -122,13 +122,15 @@ class Filesystem {
   // release, or until it is destroyed (the kernel sends no release if the connection ends).
   cachestore::Result<DirHandle*> opendir(InodeId id);
   void releasedir(DirHandle* dir);
-  cachestore::Result<OpenResult> open(InodeId id, int flags);
+  // opener: the user opening it, whose streams the open may advance (prefetch/jobs.h).
+  cachestore::Result<OpenResult> open(InodeId id, int flags,
+                                      std::optional<uid_t> opener = std::nullopt);
   void release(FileHandle* file);
 
   // The open a read without a file handle is served from (--data-path no-open).
-  cachestore::Result<std::shared_ptr<ImplicitOpens::Lease>> implicit_open(InodeId id,
-                                                                          uint64_t offset) {
-    return implicit_.for_read(id, offset);
+  cachestore::Result<std::shared_ptr<ImplicitOpens::Lease>> implicit_open(
+      InodeId id, uint64_t offset, std::optional<uid_t> opener = std::nullopt) {
+    return implicit_.for_read(id, offset, opener);
   }
 
   size_t implicit_opens_kept() const { return implicit_.kept(); }

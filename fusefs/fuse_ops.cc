@@ -301,7 +301,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, ENOSYS);
     return;
   }
-  auto opened = fs_of(req).open(ino, fi->flags);
+  auto opened = fs_of(req).open(ino, fi->flags, fuse_req_ctx(req)->uid);
   if (!opened.is_ok()) {
     reply_status(req, opened.status());
     return;
@@ -513,7 +513,7 @@ void reply_implicit_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
     fuse_reply_buf(req, chunk.data(), chunk.size());
     return;
   }
-  auto lease = fs.implicit_open(ino, static_cast<uint64_t>(off));
+  auto lease = fs.implicit_open(ino, static_cast<uint64_t>(off), fuse_req_ctx(req)->uid);
   if (!lease.is_ok()) {
     reply_status(req, lease.status());
     return;

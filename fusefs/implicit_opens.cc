@@ -10,14 +10,14 @@ namespace epochfs::fusefs {
 
 ImplicitOpens::Lease::~Lease() { fs_.release(handle_); }
 
-cachestore::Result<std::shared_ptr<ImplicitOpens::Lease>> ImplicitOpens::for_read(InodeId ino,
-                                                                                  uint64_t offset) {
+cachestore::Result<std::shared_ptr<ImplicitOpens::Lease>> ImplicitOpens::for_read(
+    InodeId ino, uint64_t offset, std::optional<uid_t> opener) {
   if (offset != 0) {
     if (auto kept = find(ino)) {
       return kept;
     }
   }
-  auto opened = fs_.open(ino, O_RDONLY);
+  auto opened = fs_.open(ino, O_RDONLY, opener);
   if (!opened.is_ok()) {
     return opened.status();
   }

@@ -14,8 +14,11 @@
 // Thread-safety: all methods may be called from any FUSE worker; mu_ is a leaf lock.
 #pragma once
 
+#include <sys/types.h>
+
 #include <list>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -49,7 +52,8 @@ class ImplicitOpens {
   ImplicitOpens(Filesystem& fs, size_t capacity) : fs_(fs), capacity_(capacity) {}
 
   // The open to serve a read of ino at offset with (see above); the open's error otherwise.
-  cachestore::Result<std::shared_ptr<Lease>> for_read(InodeId ino, uint64_t offset);
+  cachestore::Result<std::shared_ptr<Lease>> for_read(InodeId ino, uint64_t offset,
+                                                      std::optional<uid_t> opener = std::nullopt);
 
   size_t kept() const;
 

@@ -152,13 +152,13 @@ Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path) {
   return file;
 }
 
-Result<OpenFile> Engine::open_file(const std::string& rel_path) {
+Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener) {
   opens_.fetch_add(1, kRelaxed);
   if (!cache_) {
     return open_source(0, rel_path);
   }
   const FileId id = registry_.id_of(rel_path);
-  const auto stream = planner_->on_open(id);
+  const auto stream = planner_->on_open(id, opener);
   const int stream_index = stream ? static_cast<int>(*stream) : -1;
   OpenOutcome outcome;
   bool own_flight = false;  // this open makes the file's one copy

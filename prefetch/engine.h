@@ -127,7 +127,9 @@ class Engine final : public PrefetchSink {
 
   // Opens a regular file for reading, from the cache if a valid copy exists.
   // EISDIR/EINVAL for anything that is not a regular file.
-  cachestore::Result<OpenFile> open_file(const std::string& rel_path);
+  // opener: the user opening it; only their streams (and the mount's) follow the open.
+  cachestore::Result<OpenFile> open_file(const std::string& rel_path,
+                                         std::optional<uid_t> opener = std::nullopt);
 
   // The reader is done with file.
   void close_file(const OpenFile& file);

@@ -233,11 +233,13 @@ void Planner::reset_stream(size_t stream) {
     rates_.resize(stream + 1);
     epoch_started_ns_.resize(stream + 1, now_ns());
     stream_job_.resize(stream + 1, nullptr);
+    finish_after_count_.resize(stream + 1, false);
   }
   streams_[stream] = StreamStats{};
   rates_[stream] = Rate{};
   epoch_started_ns_[stream] = now_ns();
   stream_job_[stream] = nullptr;
+  finish_after_count_[stream] = false;
 }
 
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
@@ -262,7 +264,8 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
         job == nullptr || !admitted.is_ok()
             ? cachestore::Result<Schedule::Published>(
                   job == nullptr ? cachestore::Status::error(EDQUOT, report.message) : admitted)
-            : schedule_.publish(key, header.epoch, std::move(entries));
+            : schedule_.publish(key, header.epoch, std::move(entries),
+                                job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid));
     if (!published.is_ok()) {
       const std::string why =
           job == nullptr ? report.message : "not published: " + published.status().context();
@@ -291,8 +294,14 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
         streams_[p.stream].uid = job->uid;
       }
       if (p.restarted) {
-        ++streams_[p.stream].restarts;
-        streams_[p.stream].current = EpochRecord{};
+        // Epoch numbers start over: what the run before did stays in total, not in history
+        // (which is keyed by epoch number).
+        StreamStats& st = streams_[p.stream];
+        ++st.restarts;
+        add_record(st.total, st.current);
+        st.history.clear();
+        st.current = EpochRecord{};
+        finish_after_count_[p.stream] = false;
         epoch_started_ns_[p.stream] = now_ns();
       }
       note_rejects(p.stream, report.rejects);
@@ -453,9 +462,9 @@ void Planner::finish_epoch(size_t stream, int64_t now) {
   epoch_started_ns_[stream] = now;
 }
 
-std::optional<size_t> Planner::on_open(FileId id) {
+std::optional<size_t> Planner::on_open(FileId id, std::optional<uid_t> opener) {
   MutexLock lock(mu_);
-  auto match = schedule_.on_open(id);
+  auto match = schedule_.on_open(id, opener);
   if (!match) {
     ++unscheduled_opens_;
     return std::nullopt;
@@ -465,9 +474,17 @@ std::optional<size_t> Planner::on_open(FileId id) {
   if (stream_job_[s] != nullptr) {
     stream_job_[s]->last_active_ns = now;
   }
-  const auto view = schedule_.view(s);
-  if (view.active && (match->new_epoch || view.epoch != streams_[s].current.epoch)) {
+  if (finish_after_count_[s]) {
+    finish_after_count_[s] = false;  // the count of the open that ended it never came
     finish_epoch(s, now);
+  }
+  // An open of the next epoch's first entries belongs to it: the epoch before ends now. An
+  // open that used up its epoch belongs to that epoch: it ends once the open is counted.
+  const auto view = schedule_.view(s);
+  if (view.active && match->new_epoch) {
+    finish_epoch(s, now);
+  } else if (view.active && view.epoch != streams_[s].current.epoch) {
+    finish_after_count_[s] = true;
   }
   Rate& r = rates_[s];
   if (now - r.window_start_ns >= kRateWindowNs) {
@@ -496,6 +513,10 @@ void Planner::count_open(size_t stream, const OpenOutcome& outcome) {
     ++cur.waits;
   }
   cur.stall_ns += outcome.stall_ns;
+  if (finish_after_count_[stream]) {
+    finish_after_count_[stream] = false;
+    finish_epoch(stream, now_ns());
+  }
 }
 
 void Planner::count_source_bytes(size_t stream, uint64_t bytes) {

@@ -158,8 +158,9 @@ class Planner final : public cachestore::NextUseOracle {
   // thread calls it every second; tests may call it directly.
   void end_finished_jobs();
 
-  // A reader opened id. The stream it advanced, if any.
-  std::optional<size_t> on_open(FileId id);
+  // A reader (user opener, if known) opened id. The stream it advanced, if any: only a stream
+  // of the opener's own jobs, or of the mount's (--shuffle-file).
+  std::optional<size_t> on_open(FileId id, std::optional<uid_t> opener = std::nullopt);
   void count_open(size_t stream, const OpenOutcome& outcome);
   void count_source_bytes(size_t stream, uint64_t bytes);
   void count_copy_started(size_t stream);
@@ -201,6 +202,8 @@ class Planner final : public cachestore::NextUseOracle {
   Schedule schedule_ GUARDED_BY(mu_);
   Jobs jobs_ GUARDED_BY(mu_);
   std::vector<Job*> stream_job_ GUARDED_BY(mu_);  // by schedule slot; null if free
+  // By slot: an open used up the current epoch; it ends once that open is counted.
+  std::vector<bool> finish_after_count_ GUARDED_BY(mu_);
   std::vector<StreamStats> streams_ GUARDED_BY(mu_);
   std::vector<Rate> rates_ GUARDED_BY(mu_);
   std::vector<int64_t> epoch_started_ns_ GUARDED_BY(mu_);

@@ -32,14 +32,14 @@ size_t Schedule::stream_index(const std::string& id, bool* created) {
   *created = true;
   for (size_t i = 0; i < streams_.size(); ++i) {
     if (streams_[i].id.empty()) {
-      streams_[i] = Stream{id, {}, 0, 0, 0, std::nullopt};
+      streams_[i] = Stream{id, {}, 0, 0, 0, std::nullopt, std::nullopt};
       return i;
     }
   }
   if (streams_.size() >= kMaxStreams) {
     return SIZE_MAX;
   }
-  streams_.push_back(Stream{id, {}, 0, 0, 0, std::nullopt});
+  streams_.push_back(Stream{id, {}, 0, 0, 0, std::nullopt, std::nullopt});
   return streams_.size() - 1;
 }
 
@@ -72,7 +72,8 @@ void Schedule::drop_stream(size_t stream) {
 
 Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
                                               std::optional<uint64_t> epoch,
-                                              std::vector<FileId> entries) {
+                                              std::vector<FileId> entries,
+                                              std::optional<uint32_t> owner) {
   if (entries.empty()) {
     return Status::error(EINVAL, "no entries");
   }
@@ -82,6 +83,7 @@ Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
     return Status::error(EINVAL, "more than " + std::to_string(kMaxStreams) + " streams");
   }
   Stream& s = streams_[si];
+  s.owner = owner;
   const uint64_t number = epoch.value_or(s.last_number ? *s.last_number + 1 : 0);
   auto& q = s.epochs;
   const bool restarted = !q.empty() && number < q.front()->number;
@@ -209,7 +211,7 @@ Schedule::Slot* Schedule::slot_at(Stream& s, uint64_t pos) {
   return nullptr;
 }
 
-std::optional<Schedule::Match> Schedule::on_open(FileId file) {
+std::optional<Schedule::Match> Schedule::on_open(FileId file, std::optional<uint32_t> opener) {
   if (file >= links_.size()) {
     return std::nullopt;
   }
@@ -225,6 +227,9 @@ std::optional<Schedule::Match> Schedule::on_open(FileId file) {
       continue;
     }
     Stream& s = streams_[p.epoch->stream];
+    if (opener && s.owner && *s.owner != *opener) {
+      continue;  // another user's stream
+    }
     const uint64_t t = p.epoch->start + p.index;
     if (p.epoch == s.epochs.front().get() && t >= s.tail) {
       const uint64_t distance = t >= s.head ? t - s.head : s.head - t;

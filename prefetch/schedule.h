@@ -65,8 +65,10 @@ class Schedule {
   // already queued is replaced. One older than the current epoch restarts the stream (a rerun
   // of the same job, or a restart from a checkpoint): every queued epoch is dropped and the
   // new one becomes current.
+  // owner: the user whose opens advance the stream (its job's); nullopt: anyone's.
   cachestore::Result<Published> publish(const std::string& stream, std::optional<uint64_t> epoch,
-                                        std::vector<FileId> entries);
+                                        std::vector<FileId> entries,
+                                        std::optional<uint32_t> owner = std::nullopt);
 
   // An open of file by a reader. The stream whose order it matched, if any.
   struct Match {
@@ -74,7 +76,9 @@ class Schedule {
     bool new_epoch;  // the open started the stream's next epoch
   };
 
-  std::optional<Match> on_open(FileId file);
+  // opener: the user who opened it; only streams of that user (or of anyone) can match, so that
+  // another user's reads of the same files never move a job's position. nullopt: any stream.
+  std::optional<Match> on_open(FileId file, std::optional<uint32_t> opener = std::nullopt);
 
   // See the header comment. Not const: it drops consumed occurrences from F's chain.
   uint64_t next_use(FileId file);
@@ -138,6 +142,7 @@ class Schedule {
     uint64_t head = 0;
     uint64_t plan = 0;
     std::optional<uint64_t> last_number;  // of the newest epoch ever queued
+    std::optional<uint32_t> owner;        // whose opens advance it; nullopt: anyone's
   };
 
   struct Links {

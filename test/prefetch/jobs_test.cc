@@ -161,5 +161,56 @@ TEST_CASE("process identities survive pid reuse", "[jobs]") {
   CHECK_FALSE(process_of(0).has_value());
 }
 
+TEST_CASE("another user's opens never move a job's stream", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  REQUIRE(planner.publish(user(1000), header("a", "rank0", 0), {1, 2, 3}, {}).ok);
+  REQUIRE(planner.publish(Publisher::mount(), header(std::nullopt, "default", 0), {7}, {}).ok);
+  CHECK_FALSE(planner.on_open(1, uid_t{1001}).has_value());
+  CHECK(stream_named(planner.stats(), 1000, "a", "rank0")->view.position == 0);
+  CHECK(planner.on_open(1, uid_t{1000}).has_value());
+  CHECK(stream_named(planner.stats(), 1000, "a", "rank0")->view.position == 1);
+  // The mount's own stream (--shuffle-file) follows every user's opens.
+  CHECK(planner.on_open(7, uid_t{1001}).has_value());
+}
+
+TEST_CASE("an epoch's last open is counted in that epoch", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  REQUIRE(planner.publish(user(1000), header("a", "s", 0), {1, 2}, {}).ok);
+  REQUIRE(planner.publish(user(1000), header("a", "s", 1), {2, 1}, {}).ok);
+  for (FileId f : {1, 2}) {
+    auto s = planner.on_open(f, uid_t{1000});
+    REQUIRE(s.has_value());
+    planner.count_open(*s, OpenOutcome{true, false, 0});
+  }
+  const PlannerStats stats = planner.stats();
+  const auto* st = stream_named(stats, 1000, "a", "s");
+  REQUIRE(st->history.size() == 1);
+  CHECK(st->history[0].epoch == 0);
+  CHECK(st->history[0].opens == 2);
+  CHECK(st->current.epoch == 1);
+  CHECK(st->current.opens == 0);
+}
+
+TEST_CASE("a restarted stream keeps its totals and names each finished epoch once", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  const auto run = [&](uint64_t first) {
+    REQUIRE(planner.publish(user(1000), header("a", "s", first), {1, 2}, {}).ok);
+    REQUIRE(planner.publish(user(1000), header("a", "s", first + 1), {3, 4}, {}).ok);
+    for (FileId f : {1, 2, 3}) {
+      auto s = planner.on_open(f, uid_t{1000});
+      REQUIRE(s.has_value());
+      planner.count_open(*s, OpenOutcome{});
+    }
+  };
+  run(0);
+  run(0);  // the same job again, from epoch 0: a restart
+  const PlannerStats stats = planner.stats();
+  const auto* st = stream_named(stats, 1000, "a", "s");
+  CHECK(st->restarts == 1);
+  CHECK(st->total.opens == 6);
+  REQUIRE(st->history.size() == 1);
+  CHECK(st->history[0].epoch == 0);
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch

@@ -8,9 +8,7 @@ epochfs-test-b are created (useradd --system) if missing and left in place. The 
 scripts and a copy of the epochfs package live in a directory every user can read.
 
 Every assertion is on events the daemon counts (stats) or on what the jobs print; waits are
-bounded polls for a state, never timings. The tests marked xfail(strict=True) state what the
-daemon should do and does not yet (the reason names the fault): fixed, they pass, and the
-marker must go.
+bounded polls for a state, never timings.
 """
 
 import json
@@ -596,9 +594,6 @@ def test_another_user_cannot_end_or_replace_a_users_streams(lab):
     assert_clean_exit(owner)
 
 
-@pytest.mark.xfail(strict=True, reason="daemon: an open is matched against every job's "
-                   "streams (Schedule::on_open), so another user's reads consume this job's "
-                   "order and move its stream")
 def test_another_users_reads_do_not_move_a_users_stream(lab):
     mount = lab.mount()
     k = key(lab.a, "mine", "train.rank0")
@@ -638,9 +633,6 @@ def some_files(n=10):
     return ["train/class_0/img_%04d.jpg" % (4 * i) for i in range(n)]
 
 
-@pytest.mark.xfail(strict=True, reason="daemon: when the next epoch is queued, the open of an "
-                   "epoch's last entry moves the stream on first and is counted in the next "
-                   "epoch")
 def test_an_epochs_opens_are_counted_in_that_epoch(lab):
     mount = lab.mount()
     files = some_files()
@@ -649,8 +641,6 @@ def test_an_epochs_opens_are_counted_in_that_epoch(lab):
     assert stream["this_epoch"]["opens"] in (0, len(files)), json.dumps(stream)
 
 
-@pytest.mark.xfail(strict=True, reason="daemon: after a restart, finished_epochs names the "
-                   "same epoch twice (a JSON object with repeated member names)")
 def test_a_restarted_stream_names_each_finished_epoch_once(lab):
     mount = lab.mount()
     files = some_files()
