@@ -561,7 +561,8 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
     fd = open_object(name);
     if (!fd.valid() && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
       // Out of descriptors or memory: the daemon's state, not the copy's. The copy stays.
-      log(LogLevel::kWarning, "cache: cannot open copy %s now: %s", name.c_str(), strerror(errno));
+      log(LogLevel::kWarning, "cache: cannot open copy %s now: %s", name.c_str(),
+          error_text(errno).c_str());
       unpin(id);
       return std::nullopt;
     }

@@ -13,6 +13,10 @@
 
 namespace epochfs::cachestore {
 
+// The text of errno value err ("No such file or directory"); safe from any thread, unlike
+// strerror.
+std::string error_text(int err);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;

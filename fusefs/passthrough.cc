@@ -111,7 +111,8 @@ void inspect_request(const void* buf, size_t len) {
     const auto* init = reinterpret_cast<const fuse_init_in*>(in + 1);
     offered = (init->flags & FUSE_INIT_EXT) != 0 && (init->flags2 & abi::kPassthroughFlag2) != 0;
   }
-  if (getenv("EPOCHFS_TEST_DENY_PASSTHROUGH") != nullptr) {
+  // Read while the session starts, before any thread could change the environment.
+  if (getenv("EPOCHFS_TEST_DENY_PASSTHROUGH") != nullptr) {  // NOLINT(concurrency-mt-unsafe)
     offered = false;
   }
   s.offered = offered;
@@ -197,7 +198,8 @@ uint32_t register_backing(int fd, bool from_cache) {
                     s.why.load());
   } else {
     // This file only (a source file the kernel will not read through): a classic open.
-    cachestore::log(LogLevel::kDebug, "passthrough: backing file refused: %s", strerror(err));
+    cachestore::log(LogLevel::kDebug, "passthrough: backing file refused: %s",
+                    cachestore::error_text(err).c_str());
   }
   return 0;
 }

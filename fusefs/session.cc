@@ -96,7 +96,8 @@ int serve(fuse_session* se, const MountOptions& o) {
     return 0;
   }
   if (rc < 0) {
-    cachestore::log(LogLevel::kError, "session loop failed: %s", strerror(-rc));
+    cachestore::log(LogLevel::kError, "session loop failed: %s",
+                    cachestore::error_text(-rc).c_str());
     return 1;
   }
   return 0;

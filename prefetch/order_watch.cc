@@ -102,7 +102,8 @@ void OrderWatch::run() {
     pollfd fds[2] = {{inotify_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     const int ready = ::poll(fds, 2, poll_ms_);
     if (ready < 0 && errno != EINTR) {
-      cachestore::log(LogLevel::kError, "--shuffle-file: poll: %s", strerror(errno));
+      cachestore::log(LogLevel::kError, "--shuffle-file: poll: %s",
+                      cachestore::error_text(errno).c_str());
       return;
     }
     if (ready == 0) {
@@ -162,7 +163,7 @@ void OrderWatch::publish_file() {
     cachestore::log(LogLevel::kWarning, "--shuffle-file %s: %s", path_.c_str(),
                     err == ELOOP    ? "is a symlink, which is not followed: rename a file onto it"
                     : err == EINVAL ? "not a regular file"
-                                    : strerror(err));
+                                    : cachestore::error_text(err).c_str());
     return;
   }
   // The version read at start can also arrive as an event (written while the mount started):
@@ -180,7 +181,7 @@ void OrderWatch::publish_file() {
     }
     if (n < 0) {
       cachestore::log(LogLevel::kWarning, "--shuffle-file %s: read: %s", path_.c_str(),
-                      strerror(errno));
+                      cachestore::error_text(errno).c_str());
       return;
     }
     if (n == 0) {

@@ -6,12 +6,13 @@
 #                                      whole test suite twice: Release with -Werror (preset ci)
 #                                      and ASan+UBSan (preset asan; all but two slow load tests),
 #                                      fuzzing the shuffle-file parser for 30 s (libFuzzer, clang)
-#                                      in between; then the concurrency tests under TSan
+#                                      and clang's thread-safety build and clang-tidy in between;
+#                                      then the concurrency tests under TSan
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxxhash-dev
-          libcli11-dev catch2 librapidcheck-dev clang-format clang-14 libfuzzer-14-dev
+          libcli11-dev catch2 librapidcheck-dev clang-format clang-14 clang-tidy libfuzzer-14-dev
           python3-torch python3-torchvision python3-pytest python3-pil python3-hypothesis
           gnuplot-nox glusterfs-server glusterfs-client attr iproute2 procps
           e2fsprogs util-linux fio gdb)
@@ -49,6 +50,15 @@ fuzz_parser() {
   return "$status"
 }
 
+# The checked contracts: the core and the shipped binary built with clang's thread-safety
+# analysis as errors (GUARDED_BY, REQUIRES, EXCLUDES compile away with g++), then clang-tidy
+# with the project's .clang-tidy over the core (its WarningsAsErrors fail the run).
+checked_contracts() {
+  cmake --preset clang-tsa >/dev/null
+  cmake --build --preset clang-tsa --target epochfs
+  clang-tidy-14 -p build/clang-tsa --quiet cachestore/*.cc prefetch/*.cc fusefs/*.cc
+}
+
 # The concurrency tests under ThreadSanitizer: the unit tests, and the mount tests with many
 # readers, faults and churn (RELIABILITY.md L1, L3, L4, F4-F7, C5, C7). A report aborts the
 # process it is in (halt_on_error): a test binary fails, or a daemon dies under its mount and
@@ -78,6 +88,7 @@ case "${1:-}" in
     build ci
     ctest --preset ci
     fuzz_parser 30
+    checked_contracts
     build asan
     ctest --preset asan
     build tsan
