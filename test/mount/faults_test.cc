@@ -78,6 +78,22 @@ uint64_t counter(const std::string& json, const std::string& path, const std::st
   return std::stoull(json.substr(field + name.size() + 4));
 }
 
+// Faults faultfs has injected so far (each hang counted when its request arrives).
+uint64_t injected(const FaultFs& faults) {
+  const std::string json = faults.stats();
+  const std::string key = "\"injected\": ";
+  return std::stoull(json.substr(json.find(key) + key.size()));
+}
+
+// Waits until faultfs has injected n faults: the requests they hold have reached it.
+void wait_injected(const FaultFs& faults, uint64_t n) {
+  for (int i = 0; i < 1000 && injected(faults) < n; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  INFO(faults.stats());
+  REQUIRE(injected(faults) >= n);
+}
+
 // A child process that reads f<from> .. f<to - 1> through mnt and compares each with src's:
 // exits 0 if all were right, 1 at the first that was not. A child, so that a reader stuck on a
 // hung disk cannot hold up the test.
@@ -221,18 +237,32 @@ TEST_CASE("a hung source file holds up only its own readers", "[mount][faults]")
   wait_for_staging(mount);
   faults.set_rules("open /f0 hang\nread /f0 hang\n");
   auto hung = std::async(std::launch::async, [&] { return read_errno(mount / "f0"); });
-  CHECK(hung.wait_for(milliseconds(500)) == std::future_status::timeout);
-  // Meanwhile the cached files and the stats answer at once.
-  const auto start = Clock::now();
+  wait_injected(faults, 1);  // f0's reader is held in the source
+  const std::string source_before = faults.stats();
+  const double hits = stat_of(mount, "hits");
+  const double waits = stat_of(mount, "waits");
+  // Meanwhile the cached files and the stats answer (a read held up behind f0 would hang here
+  // until the suite's timeout), from the copies: the source sees no open or read of them, and
+  // no open waits.
   for (int i = 1; i < 10; ++i) {
     check_same(mount / ("f" + std::to_string(i)), dir / ("data/f" + std::to_string(i)));
   }
   CHECK(read_file(mount / ".epochfs/stats").has_value());
-  CHECK(Clock::now() - start < seconds(5));
+  CHECK(hung.wait_for(seconds(0)) == std::future_status::timeout);  // all while f0 hung
+  const std::string source_after = faults.stats();
+  INFO(source_before << "\n" << source_after);
+  for (int i = 1; i < 10; ++i) {
+    const std::string p = "/f" + std::to_string(i);
+    CHECK(counter(source_after, p, "opens") == counter(source_before, p, "opens"));
+    CHECK(counter(source_after, p, "reads") == counter(source_before, p, "reads"));
+  }
+  CHECK(stat_of(mount, "hits") - hits == 9);
+  CHECK(stat_of(mount, "waits") == waits);
   // Rules first: a request arriving between a release and the end of its hang rule would hang
   // until the next release (seen once: the second READ of f0's readahead).
   faults.set_rules("");
   faults.release();
+  // Liveness only: released, the reader finishes at all (10 s is generous; else it hung).
   REQUIRE(hung.wait_for(seconds(10)) == std::future_status::ready);
   CHECK(hung.get() == 0);
   check_same(mount / "f0", dir / "data/f0");
@@ -404,14 +434,18 @@ TEST_CASE("a mount over a hung source is torn down, and its reader released", "[
     _exit(fd < 0 ? errno : 0);
   }
   REQUIRE(reader > 0);
-  std::this_thread::sleep_for(milliseconds(300));
+  wait_injected(faults, 1);  // the daemon's open of f0 hangs in the source
   REQUIRE(tools::wait_exit(reader, milliseconds(10)) == std::nullopt);
-  // Teardown: unmount, detach, then abort the connection and kill the daemon.
+  // Teardown: unmount, detach, then abort the connection and kill the daemon. Liveness only,
+  // not a measure of speed: the daemon, held by the hung source, outlives the first 20 s wait
+  // (kMountTimeout); under 30 s in all says that the abort and SIGKILL then ended it, without
+  // the second 20 s wait, for a daemon that not even SIGKILL ends.
   const auto start = Clock::now();
   mount.reset();
   CHECK(Clock::now() - start < seconds(30));
   CHECK_FALSE(is_mounted(dir / "mnt"));
-  // The reader got an error instead of staying stuck (in D state) forever.
+  // The reader got an error instead of staying stuck (in D state) forever. Liveness only: it
+  // has ended at all within a generous 5 s.
   const auto code = tools::wait_exit(reader, seconds(5));
   REQUIRE(code.has_value());
   CHECK(*code != 0);
@@ -456,6 +490,10 @@ TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
   const auto start = Clock::now();
   const pid_t reader = fork_checked_reader(dir / "mnt", dir / "data", 0, kFiles);
   REQUIRE(reader >= 0);
+  // Liveness only: the reader finishes at all within a generous 60 s. With a wait of up to
+  // 30 s for each stuck copy (the bug this test came with), it took 30 s per file. How long it
+  // takes now (about 2 s, RELIABILITY.md C8) is a figure for a benchmark, not asserted here
+  // (docs/benchmarks.md has no measurement of it yet).
   const auto code = tools::wait_exit(reader, seconds(60));
   const auto took = std::chrono::duration<double>(Clock::now() - start).count();
   if (!code) {
@@ -467,11 +505,11 @@ TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
     (void)tools::wait_exit(reader, seconds(10));
   }
   INFO(read_file(mount / ".epochfs/stats").value_or(""));
+  INFO(kFiles << " files read over a hung cache disk in " << took << " s");
   REQUIRE(code.has_value());
   CHECK(*code == 0);
+  // The reader gave up on a stuck copy instead of waiting for it to end.
   CHECK(stat_of(mount, "waits_abandoned") >= 1);
-  WARN(kFiles << " files read over a hung cache disk in " << took << " s");
-  CHECK(took < 20);
 }
 
 TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[mount][faults]") {
@@ -509,9 +547,13 @@ TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[moun
   disk.set_rules("read /* hang\n");
   const pid_t stuck = read_right(0, 1);
   REQUIRE(stuck > 0);
-  std::this_thread::sleep_for(seconds(3));
+  wait_injected(disk, 1);  // the stuck reader's read of its copy hangs in the disk
+  // Past the 2 s after which the daemon takes a call on the disk for hung (stuck_io_s).
+  std::this_thread::sleep_for(milliseconds(2500));
   const auto start = Clock::now();
   const pid_t others = read_right(1, kFiles);
+  // Liveness only: the other readers finish at all within a generous 30 s (before the fix they
+  // hung with the disk). How long they take is not asserted: they are counted below.
   const auto others_code = tools::wait_exit(others, seconds(30));
   const auto took = std::chrono::duration<double>(Clock::now() - start).count();
   const bool stuck_before_release = !tools::wait_exit(stuck, seconds(0)).has_value();
@@ -521,9 +563,9 @@ TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[moun
   reap(others, others_code);
   reap(stuck, stuck_code);
   INFO(read_file(mount / ".epochfs/stats").value_or(""));
+  INFO((kFiles - 1) << " files read beside a hung read of the cache disk in " << took << " s");
   REQUIRE(others_code.has_value());
   CHECK(*others_code == 0);
-  CHECK(took < 10);
   CHECK(stuck_before_release);  // the hang was real
   REQUIRE(stuck_code.has_value());
   CHECK(*stuck_code == 0);
