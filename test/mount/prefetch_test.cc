@@ -12,12 +12,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <list>
 #include <numeric>
 #include <random>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -85,6 +83,21 @@ void wait_settled(const Mount& mount) {
     idle_looks = stat_of(mount, "cache.copies_queued") == 0 ? idle_looks + 1 : 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  REQUIRE(idle_looks == 5);
+}
+
+// Waits until the planner has handed out `lead` entries past the stream's position and no copy
+// has been queued or running for 100 ms: every file among them is cached now (or was found
+// missing). A count, not a clock, says when the reader may come.
+void wait_window_staged(const Mount& mount, double lead, const std::string& stream = "default") {
+  const std::string key = "prefetch.streams." + stream + ".lead_files";
+  int idle_looks = 0;
+  for (int i = 0; i < 1000 && idle_looks < 5; ++i) {
+    const bool done = stat_of(mount, key) >= lead && stat_of(mount, "cache.copies_queued") == 0;
+    idle_looks = done ? idle_looks + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  INFO(stream << ": " << stat_of(mount, key) << " entries handed out of " << lead);
   REQUIRE(idle_looks == 5);
 }
 
@@ -270,6 +283,40 @@ TEST_CASE("the file named by --shuffle-file is published at each new version",
 }
 
 TEST_CASE("a paced reader over slow storage is served from the cache", "[mount][prefetch]") {
+  // The reader is paced by staging, not by a clock: it reads each window of the order once
+  // the planner has copied it, the window past where the reader is. Every open is then a hit
+  // and every file was copied ahead of the reader, whatever the timing. The hit rate of a
+  // trainer that does not wait is a figure, measured in docs/benchmarks.md ("A trainer over
+  // shared storage").
+  constexpr int kFiles = 300;
+  constexpr int kLookahead = 32;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 5);
+  Mount mount(slow.path(), dir / "mnt", {"--lookahead", std::to_string(kLookahead)});
+  const Order order = shuffled(0, kFiles, 7);
+  REQUIRE(publish(mount, order_text(order)) == 0);
+
+  for (int from = 0; from < kFiles; from += kLookahead) {
+    const int to = std::min(kFiles, from + kLookahead);
+    wait_window_staged(mount, to - from);
+    INFO("entries " << from << " to " << to);
+    CHECK(read_order(mount, dir / "src", Order(order.begin() + from, order.begin() + to), 4, {}) ==
+          0);
+  }
+  CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.opens") == kFiles);
+  CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.hits") == kFiles);
+  CHECK(stat_of(mount, "prefetch.prefetches") == kFiles);
+  CHECK(stat_of(mount, "cache.files_staged") == kFiles);
+  // The reader never opened a file on the source: the copies did, once each.
+  CHECK(slow.opens() == kFiles);
+}
+
+TEST_CASE("a reader that runs into the copies ahead opens each file on the source once",
+          "[mount][prefetch]") {
+  // The same reader not waiting for staging: its opens meet copies ahead queued, running or
+  // done, in whatever mix the timing gives. Whichever it is, each file is read from the
+  // source once and copied once, and every open counts in the stream.
   constexpr int kFiles = 300;
   TempDir dir;
   make_files(dir / "src", kFiles);
@@ -279,14 +326,12 @@ TEST_CASE("a paced reader over slow storage is served from the cache", "[mount][
   REQUIRE(publish(mount, order_text(order)) == 0);
 
   CHECK(read_order(mount, dir / "src", order, 4, std::chrono::milliseconds(4)) == 0);
-  const double opens = stat_of(mount, "prefetch.streams.default.this_epoch.opens");
-  const double hits = stat_of(mount, "prefetch.streams.default.this_epoch.hits");
-  CHECK(opens == kFiles);
-  // The first window may still be in flight when the reader starts; after it, opens are hits
-  // (possibly after a short wait for the copy in flight).
-  CHECK(hits >= 0.95 * (kFiles - 64));
-  CHECK(stat_of(mount, "prefetch.prefetches") > 0);
+  CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.opens") == kFiles);
+  CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.hits") +
+            stat_of(mount, "prefetch.streams.default.this_epoch.misses") ==
+        kFiles);
   wait_idle(mount);
+  CHECK(stat_of(mount, "cache.files_staged") == kFiles);
   // Prefetch copies and the reader never both open a file on the source.
   INFO("aborted " << stat_of(mount, "cache.copies_aborted") << ", stale "
                   << stat_of(mount, "cache.dropped_stale") << ", waits " << stat_of(mount, "waits")
@@ -306,7 +351,8 @@ TEST_CASE("the next epoch published early is staged before the current one ends"
   REQUIRE(publish(mount, order_text(first, "#epoch 0\n")) == 0);
   REQUIRE(publish(mount, order_text(second, "#epoch 1\n")) == 0);
   CHECK(read_order(mount, dir / "src", first, 2, std::chrono::milliseconds(2)) == 0);
-  wait_idle(mount);
+  // The window past the end of epoch 0 is epoch 1's first 40 entries.
+  wait_window_staged(mount, 40);
   // Staging crossed the boundary: the start of epoch 1 is on local disk before it is opened.
   for (int k = 0; k < 20; ++k) {
     INFO("entry " << k);
@@ -400,9 +446,16 @@ TEST_CASE("an order replaced mid-epoch is followed from its start", "[mount][pre
   const Order b = shuffled(0, kFiles, 4);
   REQUIRE(publish(mount, order_text(b, "#epoch 0\n")) == 0);
   CHECK(text_of(mount, "prefetch.last_publish.message").find("replacing") != std::string::npos);
+  // b is read window by window, each once staged: the planner copies b's windows from b's
+  // first entry on, so every open of b is a hit (paced by counts, not by a clock).
   const double hits_before = stat_of(mount, "hits");
-  CHECK(read_order(mount, dir / "src", b, 2, std::chrono::milliseconds(4)) == 0);
-  CHECK(stat_of(mount, "hits") - hits_before >= 0.9 * (kFiles - 32));
+  for (int from = 0; from < kFiles; from += 32) {
+    const int to = std::min(kFiles, from + 32);
+    wait_window_staged(mount, to - from);
+    INFO("entries " << from << " to " << to << " of b");
+    CHECK(read_order(mount, dir / "src", Order(b.begin() + from, b.begin() + to), 2, {}) == 0);
+  }
+  CHECK(stat_of(mount, "hits") - hits_before == kFiles);
   wait_idle(mount);
   CHECK(slow.opens() == kFiles);  // the cache holds everything: nothing read twice
 }
@@ -416,20 +469,33 @@ TEST_CASE("two streams are staged side by side", "[mount][prefetch]") {
   const Order b = shuffled(100, 100, 6);
   REQUIRE(publish(mount, order_text(a, "#stream rank0\n"), "a") == 0);
   REQUIRE(publish(mount, order_text(b, "#stream rank1\n"), "b") == 0);
-  int bad_a = 0, bad_b = 0;
-  std::thread ta(
-      [&] { bad_a = read_order(mount, dir / "src", a, 2, std::chrono::milliseconds(4)); });
-  std::thread tb(
-      [&] { bad_b = read_order(mount, dir / "src", b, 2, std::chrono::milliseconds(4)); });
-  ta.join();
-  tb.join();
-  CHECK(bad_a == 0);
-  CHECK(bad_b == 0);
+  // Both ranks read at once, window by window, each once both windows are staged (paced by
+  // counts, not by a clock): the planner serves the two side by side, so every open is a hit.
+  for (int from = 0; from < 100; from += 32) {
+    const int to = std::min(100, from + 32);
+    wait_window_staged(mount, to - from, "rank0");
+    wait_window_staged(mount, to - from, "rank1");
+    INFO("entries " << from << " to " << to);
+    int bad_a = 0, bad_b = 0;
+    std::thread ta([&] {
+      bad_a = read_order(mount, dir / "src", Order(a.begin() + from, a.begin() + to), 2, {});
+    });
+    std::thread tb([&] {
+      bad_b = read_order(mount, dir / "src", Order(b.begin() + from, b.begin() + to), 2, {});
+    });
+    ta.join();
+    tb.join();
+    CHECK(bad_a == 0);
+    CHECK(bad_b == 0);
+  }
   for (const std::string s : {"rank0", "rank1"}) {
     INFO(s);
     CHECK(stat_of(mount, "prefetch.streams." + s + ".this_epoch.opens") == 100);
-    CHECK(stat_of(mount, "prefetch.streams." + s + ".this_epoch.hits") >= 0.9 * (100 - 32));
+    CHECK(stat_of(mount, "prefetch.streams." + s + ".this_epoch.hits") == 100);
+    CHECK(stat_of(mount, "prefetch.streams." + s + ".this_epoch.prefetches") == 100);
   }
+  wait_idle(mount);
+  CHECK(slow.opens() == 200);
 }
 
 TEST_CASE("with half the dataset cached, known-future eviction is near the Belady optimum",
@@ -467,8 +533,9 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   // when the planner reaches it; the files that exist are still staged ahead of the reader.
   TempDir dir;
   constexpr int kEntries = 1000;
+  constexpr int kLookahead = 64;
   make_files(dir / "src", kEntries, 4096);
-  Mount mount(dir / "src", dir / "mnt");
+  Mount mount(dir / "src", dir / "mnt", {"--lookahead", std::to_string(kLookahead)});
   const int missing_per_mille = GENERATE(1, 500, 1000);
   std::string text;
   Order present;
@@ -486,8 +553,19 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   INFO(missing << " of " << kEntries << " entries name no file");
   REQUIRE(publish(mount, text) == 0);
   CHECK(stat_of(mount, "prefetch.last_publish.accepted") == kEntries);
-  // Paced like a trainer, so the planner stays ahead of the reader.
-  CHECK(read_order(mount, dir / "src", present, 2, std::chrono::microseconds(500)) == 0);
+  // Paced by staging, not by a clock: the files that exist among the entries of each window
+  // past the reader's position are read once the window is staged.
+  for (size_t next = 0, head = 0; next < present.size();) {
+    wait_window_staged(mount, std::min<double>(kLookahead, kEntries - head));
+    Order window;
+    for (; next < present.size() && present[next] < static_cast<int>(head) + kLookahead; ++next) {
+      window.push_back(present[next]);
+    }
+    REQUIRE_FALSE(window.empty());  // the missing entries are spread: never a window of them
+    INFO("entries " << head << " to " << window.back());
+    CHECK(read_order(mount, dir / "src", window, 2, {}) == 0);
+    head = static_cast<size_t>(window.back()) + 1;
+  }
   // With every entry missing nothing was read, and the planner may not have reached one yet.
   for (int i = 0; i < 500 && stat_of(mount, "prefetch.streams.default.rejected_entries") == 0;
        ++i) {
@@ -497,32 +575,11 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   const double rejected = stat_of(mount, "prefetch.streams.default.rejected_entries");
   CHECK(rejected > 0);
   CHECK(rejected <= missing);
-  if (!present.empty()) {
-    // Hits: the files that exist were staged before the reader came.
-    CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.hits") >= 0.9 * present.size());
-  }
+  // Hits: the files that exist were staged before the reader came, every one.
+  CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.hits") == present.size());
   // Nothing was left waiting: a file outside the order reads at once, with its bytes.
   check_same(mount / name_of(0), dir / ("src/" + name_of(0)));
 }
-
-namespace {
-
-// CPU seconds (user + system) the process pid has used.
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14 || i == 15) {  // utime, stime
-      ticks += std::stod(field);
-    }
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-}  // namespace
 
 TEST_CASE("the --shuffle-file watcher publishes whole versions only", "[mount][prefetch]") {
   // RELIABILITY.md I12 on a local directory, where inotify sees every close and rename.
@@ -578,10 +635,10 @@ TEST_CASE("the --shuffle-file watcher publishes whole versions only", "[mount][p
   CHECK(stat_of(mount, "prefetch.streams.default.epochs_queued") == 2);
   CHECK(stat_of(mount, "prefetch.publish_failures") == 0);
 
-  // Waiting costs nothing: no polling on a local directory.
-  const double before = cpu_seconds(mount.pid());
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  CHECK(cpu_seconds(mount.pid()) - before < 0.1);
+  // Waiting costs nothing: on a local directory the watcher sleeps on inotify alone and never
+  // looks at the file on a timer, as it does where inotify is blind (the next test). The
+  // daemon's CPU time is not measured here: that would be a benchmark's figure.
+  CHECK_FALSE(contains(read_file(dir / "log").value_or(""), "where inotify misses changes"));
 }
 
 TEST_CASE("a --shuffle-file changed where inotify cannot see is published once it is whole",
