@@ -199,6 +199,8 @@ void stream_metrics(Exposition& e, const prefetch::EngineStats& s) {
 
 std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path) {
   Exposition e;
+  e.family("epochfs_build_info", "gauge", "The daemon's version; always 1.");
+  e.sample(1, "{version=\"" EPOCHFS_VERSION "\"}");
   engine_metrics(e, stats);
   cache_metrics(e, stats);
   planner_metrics(e, stats);

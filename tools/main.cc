@@ -173,7 +173,8 @@ CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_lev
               {"classic", epochfs::fusefs::DataPath::kClassic},
               {"passthrough", epochfs::fusefs::DataPath::kPassthrough},
               {"no-open", epochfs::fusefs::DataPath::kNoOpen}},
-          CLI::ignore_case));
+          CLI::ignore_case))
+      ->option_text("auto|classic|passthrough|no-open");
   cmd->add_option("--metrics-file", o.metrics_file,
                   "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");
   cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
@@ -196,6 +197,7 @@ epochfs::cachestore::LogLevel parse_level(const std::string& s) {
 int run(int argc, char** argv) {
   CLI::App app{"epochfs: a read-only FUSE overlay that stages training data on local disk"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("epochfs ") + EPOCHFS_VERSION);
   MountOptions mount;
   std::string log_level = "info";
   CacheFlags cache_flags;
@@ -341,6 +343,11 @@ int run(int argc, char** argv) {
   // From /etc/fstab (tools/mount_helper.h): parse the `epochfs mount` line it stands for.
   std::vector<std::string> helper_args;
   std::vector<char*> helper_argv;
+  if (auto unknown = epochfs::tools::unknown_subcommand(argc, argv, app)) {
+    fprintf(stderr, "epochfs: unknown command '%s'%s; see epochfs --help\n", argv[1],
+            unknown->empty() ? "" : (" (did you mean '" + *unknown + "'?)").c_str());
+    return 2;
+  }
   if (epochfs::tools::is_mount_helper_call(argc, argv, app)) {
     auto helper = epochfs::tools::mount_helper_args(argc, argv, *mount_cmd);
     if (!helper) {

@@ -2,8 +2,12 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -56,6 +60,60 @@ void translate_option(const std::string& opt, const CLI::App& mount_cmd,
 
 }  // namespace
 
+namespace {
+
+bool is_subcommand(const CLI::App& app, const char* name) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A source in a mount(8) call is a path (mount.fuse3 passes fstab's first field as is).
+bool looks_like_source(const char* arg) {
+  struct stat st;
+  return strchr(arg, '/') != nullptr || ::stat(arg, &st) == 0;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::App& app) {
+  const char* slash = strrchr(argv[0], '/');
+  if (argc < 2 || argv[1][0] == '-' || strncmp(slash ? slash + 1 : argv[0], "mount.", 6) == 0 ||
+      is_subcommand(app, argv[1]) || (argc >= 3 && looks_like_source(argv[1]))) {
+    return std::nullopt;
+  }
+  std::string best;
+  size_t best_distance = 3;  // suggest only a near miss
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const size_t d = edit_distance(argv[1], sub->get_name());
+    if (d < best_distance) {
+      best = sub->get_name();
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 bool is_mount_helper_call(int argc, char** argv, const CLI::App& app) {
   const char* slash = strrchr(argv[0], '/');
   const std::string program = slash != nullptr ? slash + 1 : argv[0];
@@ -65,12 +123,7 @@ bool is_mount_helper_call(int argc, char** argv, const CLI::App& app) {
   if (argc < 3 || argv[1][0] == '-') {
     return false;
   }
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    if (sub->check_name(argv[1])) {
-      return false;
-    }
-  }
-  return true;
+  return !is_subcommand(app, argv[1]);
 }
 
 std::optional<HelperArgs> mount_helper_args(int argc, char** argv, const CLI::App& mount_cmd) {

@@ -21,6 +21,11 @@ class App;
 
 namespace epochfs::tools {
 
+// When argv's first argument is a mistyped subcommand (not an option, not a subcommand, and not
+// the source path of a mount helper call): the nearest subcommand's name, or "" if none is
+// near. nullopt otherwise.
+std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::App& app);
+
 // True when argv is a helper call: the program is named mount.<something>, or its first
 // argument is neither an option nor a subcommand of app.
 bool is_mount_helper_call(int argc, char** argv, const CLI::App& app);

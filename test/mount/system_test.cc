@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
+#include "tools/stats_doc.h"
 
 namespace epochfs::test {
 namespace {
@@ -453,6 +454,26 @@ TEST_CASE("the shipped Slurm epilog removes a dead mount's cache and no live one
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(fs::is_empty(dir / "cache"));
+}
+
+TEST_CASE("the CLI tells its version and answers a mistyped command as one", "[mount][system]") {
+  const CommandResult version = run_epochfs({"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(contains(version.output, std::string("epochfs ") + EPOCHFS_VERSION));
+  const CommandResult typo = run_epochfs({"stat", "/nonexistent-mount"});
+  CHECK(typo.exit_code == 2);
+  CHECK(contains(typo.output, "unknown command 'stat' (did you mean 'stats'?)"));
+  const CommandResult help = run_epochfs({"mount", "--help"});
+  CHECK(contains(help.output, "--data-path auto|classic|passthrough|no-open"));
+  // The running daemon says its version too: in the stats and as a metric.
+  TempDir dir;
+  make_small_source(dir / "src");
+  Mount mount(dir / "src", dir / "mnt");
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  CHECK(doc->values["version"] == EPOCHFS_VERSION);
+  CHECK(contains(read_file(mount / ".epochfs/metrics").value_or(""),
+                 std::string("epochfs_build_info{version=\"") + EPOCHFS_VERSION + "\"} 1"));
 }
 
 }  // namespace epochfs::test
