@@ -773,7 +773,7 @@ TEST_CASE("CacheStore tells a failing source from a failing cache disk", "[cache
 
 TEST_CASE("CacheStore suspends staging when the cache disk is full", "[cache_store][tmpfs]") {
   if (::geteuid() != 0) {
-    WARN("mounting a tmpfs needs root; skipped");
+    WARN("SKIPPED: mounting a tmpfs needs root");
     return;
   }
   Scratch t;
@@ -831,7 +831,7 @@ TEST_CASE("CacheStore suspends staging when the cache disk is full", "[cache_sto
 
 TEST_CASE("CacheStore works on a filesystem that reports no inode counts", "[cache_store][tmpfs]") {
   if (::geteuid() != 0) {
-    WARN("mounting a tmpfs needs root; skipped");
+    WARN("SKIPPED: mounting a tmpfs needs root");
     return;
   }
   Scratch t;
@@ -859,7 +859,7 @@ TEST_CASE("CacheStore works on a filesystem that reports no inode counts", "[cac
 TEST_CASE("CacheStore keeps its capacity on a filesystem that reports no blocks",
           "[cache_store][tmpfs]") {
   if (::geteuid() != 0) {
-    WARN("mounting a tmpfs needs root; skipped");
+    WARN("SKIPPED: mounting a tmpfs needs root");
     return;
   }
   Scratch t;
@@ -891,7 +891,7 @@ TEST_CASE("CacheStore keeps its capacity on a filesystem that reports no blocks"
 
 TEST_CASE("CacheStore keeps the free-space reserve by evicting", "[cache_store][tmpfs]") {
   if (::geteuid() != 0) {
-    WARN("mounting a tmpfs needs root; skipped");
+    WARN("SKIPPED: mounting a tmpfs needs root");
     return;
   }
   Scratch t;
@@ -927,7 +927,7 @@ TEST_CASE("CacheStore keeps the free-space reserve by evicting", "[cache_store][
 TEST_CASE("CacheStore keeps the free-space reserve against concurrent stagings",
           "[cache_store][tmpfs]") {
   if (::geteuid() != 0) {
-    WARN("mounting a tmpfs needs root; skipped");
+    WARN("SKIPPED: mounting a tmpfs needs root");
     return;
   }
   Scratch t;
