@@ -478,13 +478,14 @@ std::optional<size_t> Planner::on_open(FileId id, std::optional<uid_t> opener) {
     finish_after_count_[s] = false;  // the count of the open that ended it never came
     finish_epoch(s, now);
   }
-  // An open of the next epoch's first entries belongs to it: the epoch before ends now. An
-  // open that used up its epoch belongs to that epoch: it ends once the open is counted.
+  // An open of the next epoch's first entries belongs to it, and so does any open once the
+  // record is of an epoch the stream has left: the record ends now. An open that used up its
+  // epoch belongs to that epoch: the record ends once the open is counted.
   const auto view = schedule_.view(s);
-  if (view.active && match->new_epoch) {
+  if (match->ended_epoch) {
+    finish_after_count_[s] = view.active;
+  } else if (view.active && (match->new_epoch || view.epoch != streams_[s].current.epoch)) {
     finish_epoch(s, now);
-  } else if (view.active && view.epoch != streams_[s].current.epoch) {
-    finish_after_count_[s] = true;
   }
   Rate& r = rates_[s];
   if (now - r.window_start_ns >= kRateWindowNs) {

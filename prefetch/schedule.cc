@@ -247,8 +247,10 @@ std::optional<Schedule::Match> Schedule::on_open(FileId file, std::optional<uint
   if (near || (!next_start && far)) {
     const Place p = near ? *near : *far;
     const size_t stream = p.epoch->stream;  // consume may retire (free) the epoch
-    consume(streams_[stream], *p.epoch, p.index);
-    return Match{stream, false};
+    Stream& s = streams_[stream];
+    const Epoch* front = s.epochs.front().get();
+    consume(s, *p.epoch, p.index);
+    return Match{stream, false, s.epochs.empty() || s.epochs.front().get() != front};
   }
   if (next_start) {
     Epoch* e = next_start->epoch;

@@ -73,7 +73,8 @@ class Schedule {
   // An open of file by a reader. The stream whose order it matched, if any.
   struct Match {
     size_t stream;
-    bool new_epoch;  // the open started the stream's next epoch
+    bool new_epoch;            // the open started the stream's next epoch
+    bool ended_epoch = false;  // the open used up the stream's current epoch
   };
 
   // opener: the user who opened it; only streams of that user (or of anyone) can match, so that
