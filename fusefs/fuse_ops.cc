@@ -97,6 +97,13 @@ void op_init(void* /*userdata*/, fuse_conn_info* conn) {
     conn->want |= FUSE_CAP_CACHE_SYMLINKS;
   }
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // RELEASE is a background request: at the kernel's default of 12 in flight (shared with
+  // readahead READs), a swarm of readers closing and opening files piles up releases, and each
+  // one pending holds the open's descriptor in the daemon. Under a low open-files limit that
+  // backlog ran the daemon out of descriptors (the 256-descriptor swarm test, about one run in
+  // three). `-o max_background=N` still overrides this.
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
   if (g_conn_opts != nullptr) {
     fuse_apply_conn_info_opts(g_conn_opts, conn);
   }
