@@ -116,22 +116,27 @@ void raise_open_files_limit() {
 // Fits the daemon's threads to its open-files limit, so that readers never get EMFILE: each
 // FUSE worker may hold two pipes (four fds: libfuse's for splicing requests, ours for copies),
 // each running copy a source and a cache file (three with the directory), each implicit open
-// one file, and each queued copy of a miss the reader's source fd (duplicated). Workers,
-// copies and implicit opens get at most a sixteenth of the limit each, the readers' own open
-// files a quarter (at least 128), and the queue of copies what is left. Under the usual limit
-// (thousands) nothing changes.
+// one file, and each queued copy of a miss the reader's source fd (duplicated). The readers'
+// own open files get a quarter of the limit (at least 128: a reader holds its file and, until
+// the kernel's RELEASE arrives, the one before), the daemon's own descriptors (stdio,
+// /dev/fuse, the log, the source root, the cache directory and its lock, the watcher, /proc
+// reads) a fixed 16; workers, copies and implicit opens share the rest, and the queue of
+// copies gets what is left. Under the usual limit (thousands) nothing changes.
 MountOptions fit_to_open_files_limit(MountOptions o, std::string* note) {
   struct rlimit lim;
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
     return o;
   }
   const uint64_t limit = lim.rlim_cur;
-  const auto share = static_cast<unsigned>(limit / 16);
+  constexpr uint64_t kOwn = 16;
+  const uint64_t readers = std::max<uint64_t>(limit / 4, 128);
+  const uint64_t rest = limit > readers + kOwn + 4 ? limit - readers - kOwn - 4 : 0;
+  // 4 descriptors per worker, 3 per copy, 1 per implicit open, from the same share.
+  const auto share = static_cast<unsigned>(std::min<uint64_t>(rest / 8, UINT32_MAX));
   const unsigned threads = std::min(o.threads, std::max(4u, share));
   const unsigned copies = std::min(o.engine.stage_threads, std::max(2u, share));
   const size_t implicit = std::min<size_t>(o.fs.implicit_opens_kept, std::max(16u, share));
-  const uint64_t taken =
-      std::max<uint64_t>(limit / 4, 128) + 4 * uint64_t{threads} + 3 * uint64_t{copies} + implicit;
+  const uint64_t taken = readers + kOwn + 4 * uint64_t{threads} + 3 * uint64_t{copies} + implicit;
   const uint64_t queue = std::max<uint64_t>(4, limit > taken ? limit - taken : 0);
   if (threads < o.threads || copies < o.engine.stage_threads) {
     *note = "open-files limit " + std::to_string(limit) + ": at most " + std::to_string(threads) +
