@@ -16,6 +16,8 @@ thread_local int failing_allocations = 0;
 
 }  // namespace
 
+// Every plain form of new and delete is replaced, all on malloc and free, so that memory from
+// any of them is freed by its match (AddressSanitizer checks that they pair).
 void* operator new(std::size_t n) {
   if (failing_allocations > 0) {
     --failing_allocations;
@@ -27,9 +29,31 @@ void* operator new(std::size_t n) {
   throw std::bad_alloc();
 }
 
+void* operator new[](std::size_t n) { return operator new(n); }
+
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return operator new(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
+void* operator new[](std::size_t n, const std::nothrow_t& tag) noexcept {
+  return operator new(n, tag);
+}
+
 void operator delete(void* p) noexcept { std::free(p); }
 
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+void operator delete[](void* p) noexcept { std::free(p); }
+
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace epochfs::fusefs {
 namespace {
