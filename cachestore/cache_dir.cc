@@ -291,7 +291,6 @@ Status CacheDir::recreate() {
 }
 
 Status CacheDir::make_parents(const std::string& name) const {
-  start_background_removal();
   // name is "ab/<hex>": the fan-out directory is created on first use.
   for (size_t slash = name.find('/'); slash != std::string::npos;
        slash = name.find('/', slash + 1)) {

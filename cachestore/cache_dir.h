@@ -15,9 +15,10 @@
 // docs/cache-format.md.
 //
 // The background thread: create() runs before the daemon forks, and threads do not survive a
-// fork, so create() starts none. start_background_removal() starts it; make_parents() calls
-// it, so the first copy of a mount starts it. The destructor stops it after the entry it is
-// on and joins it; what it did not remove is dead trash for the next mount or `epochfs clean`.
+// fork, so create() starts none. start_background_removal() starts it (the engine calls it
+// through CacheStore::start_cleanup once the daemon runs). The destructor stops it after the entry
+// it is on and joins it; what it did not remove is dead trash for the next mount or `epochfs
+// clean`.
 //
 // Thread-safety: all methods may be called concurrently, except recreate() (see there).
 #pragma once
@@ -122,7 +123,7 @@ class CacheDir {
   bool keep_ = false;
 
   // The background removal. remover_mu_ guards only the thread object: it is held while the
-  // thread is created, which only another first copy can wait on.
+  // thread is created.
   mutable Mutex remover_mu_;
   mutable std::thread remover_ GUARDED_BY(remover_mu_);
   mutable bool remover_started_ GUARDED_BY(remover_mu_) = false;
