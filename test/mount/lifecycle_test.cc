@@ -435,6 +435,23 @@ TEST_CASE("epochfs clean removes what dead mounts left, nothing live, nothing el
   const auto live_dirs = names_in(cache);
   REQUIRE(live_dirs.size() == 1);
   const std::string live_dir = cache + "/" + live_dirs.front();
+  // The live mount's own cleaner looks at the cache directory once, at start: wait until it is
+  // done, or it may take the trash made below before `epochfs clean` does.
+  const auto cleaner_running = [&] {
+    const std::string tasks = "/proc/" + std::to_string(live.pid()) + "/task";
+    std::error_code ec;
+    for (const auto& t : fs::directory_iterator(tasks, ec)) {
+      if (read_file(t.path() / "comm").value_or("").rfind("epochfs-cleaner", 0) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  (void)stat_of(live, "opens");  // served: the daemon's threads, the cleaner too, have started
+  for (int i = 0; i < 1000 && cleaner_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE_FALSE(cleaner_running());
   // Left once the live mount has started, so that only `epochfs clean` removes them: a dead
   // mount's cache, and the trash of a removal cut short.
   const std::string dead = cache + "/0123456789abcdef.4242-17";

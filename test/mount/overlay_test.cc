@@ -511,7 +511,12 @@ TEST_CASE("a hundred thousand files in one directory list as the source, and are
                       << " daemon RSS " << baseline << " KiB at mount, " << peak
                       << " KiB after the walk, " << rss_after << " KiB after forgetting");
   CHECK(after < 1000);
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's quarantine holds freed memory back from reuse: RSS says nothing here.
+  WARN("SKIPPED: the RSS check under AddressSanitizer");
+#else
   CHECK(rss_after <= peak * 1.05);
+#endif
 }
 
 }  // namespace epochfs::test
