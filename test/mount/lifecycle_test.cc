@@ -447,8 +447,15 @@ TEST_CASE("epochfs clean removes what dead mounts left, nothing live, nothing el
     }
     return false;
   };
-  (void)stat_of(live, "opens");  // served: the daemon's threads, the cleaner too, have started
-  for (int i = 0; i < 1000 && cleaner_running(); ++i) {
+  // It may not have started when the mount is up, and may be gone before the first look:
+  // watch for up to 2 s for it to come, then until it has gone.
+  bool seen = false;
+  for (int i = 0; i < 1000; ++i) {
+    const bool running = cleaner_running();
+    seen = seen || running;
+    if ((seen && !running) || (!seen && i >= 200)) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   REQUIRE_FALSE(cleaner_running());
