@@ -29,6 +29,12 @@ directory cannot be written), a sampler warns once with the mount and the reason
 yielding exactly the wrapped sampler's indices, and counts later failures silently in
 ``publish_failures``; training goes on, without prefetch for that loader. ``strict=True``, or
 ``EPOCHFS_STRICT=1`` in the environment, raises the error instead (for tests).
+
+A head start. A training job takes seconds to minutes (CUDA, the model, a checkpoint) before
+its first batch, so a sampler publishes its first epoch when it is made, and the next epoch
+while the current one runs, wherever the order is known ahead: always for
+``DistributedPublishingSampler``, and for ``PublishingSampler`` as its docstring says. An
+order published ahead is not published again when its epoch starts.
 """
 
 import os
@@ -92,6 +98,33 @@ def _named(base, suffix):
     return base[:epochfs._NAME_MAX - len(suffix)] + suffix
 
 
+def _reproducible(sampler):
+    """Whether the order of ``sampler``'s next ``__iter__`` can be drawn ahead of it: a
+    ``SequentialSampler``, or a sampler drawing from its own ``torch.Generator``. Not one with
+    ``set_epoch``: its next order depends on an epoch not set yet."""
+    if hasattr(sampler, "set_epoch"):
+        return False
+    return (isinstance(sampler, torch.utils.data.SequentialSampler)
+            or isinstance(getattr(sampler, "generator", None), torch.Generator))
+
+
+def _draw_ahead(sampler):
+    """The order ``sampler``'s next ``__iter__`` gives: its generator is put back as it was,
+    so that the real draw repeats this one."""
+    generator = getattr(sampler, "generator", None)
+    state = generator.get_state() if isinstance(generator, torch.Generator) else None
+    try:
+        return list(iter(sampler))
+    finally:
+        if state is not None:
+            generator.set_state(state)
+
+
+def _fingerprint(order):
+    # Enough to tell a draw from the one published ahead, without keeping a second copy.
+    return len(order), hash(tuple(int(i) for i in order))
+
+
 class _Publisher:
     """Publishes orders of one stream to the mount holding ``data_dir``, or does nothing
     (after one warning) when there is no such mount. Names: see the module's docstring."""
@@ -115,6 +148,14 @@ class _Publisher:
             base, suffix = _tag(self.mount, data_dir, self.paths)
             self.manifest = _named(base, suffix)
             self.stream = _named(base, suffix + ("" if rank is None else ".rank%d" % rank))
+
+    @property
+    def active(self):
+        return self.mount is not None
+
+    def wants(self, epoch):
+        """Whether ``publish(epoch, ...)`` would publish: saves drawing an order for nothing."""
+        return self.active and epoch not in self.published
 
     def publish(self, epoch, indices, again=False):
         """Publishes ``epoch``'s order, unless it was already (``again``: even then)."""
@@ -171,6 +212,13 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
     """Wraps any sampler: at each ``__iter__`` it materialises the epoch's order, publishes
     it, and yields exactly the indices the wrapped sampler yields.
 
+    Ahead of time where the wrapped sampler allows it: a ``SequentialSampler``, or a sampler
+    with its own ``generator`` (``RandomSampler(..., generator=g)``) and no ``set_epoch``.
+    Then the first epoch is published when the wrapper is made, and each ``__iter__`` also
+    publishes the next epoch, drawn ahead with the generator's state saved and restored, so
+    that the real draw gives the same order and is not published again. Without a generator,
+    ``RandomSampler`` seeds each draw afresh: its order is published at ``__iter__`` only.
+
     ``paths[i]`` is the file of sample ``i`` (absolute, or relative to the mount's root).
     Epochs are numbered from 0 in the order of ``__iter__`` calls, or set by ``set_epoch``.
     The stream and the manifest are named after the data dir (``train`` for
@@ -184,6 +232,10 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
         self.epoch = 0
         self._explicit_epoch = False
         self._publisher = _Publisher(data_dir, paths, stream=stream, strict=strict)
+        # (epoch, fingerprint) of the order published ahead of its __iter__, if any.
+        self._ahead = None
+        # The job's start-up (CUDA, the model, a checkpoint) gives the stager a head start.
+        self._publish_ahead(self.epoch)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -193,13 +245,28 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
 
     def __iter__(self):
         order = list(iter(self.sampler))
-        # Every draw is published, the same epoch's too: a new draw may be a new order, and
-        # the trainer starts it from the first entry either way.
-        self._publisher.publish(self.epoch, order, again=True)
+        if not self._was_published_ahead(order):
+            # Every other draw is published, the same epoch's too: a new draw may be a new
+            # order, and the trainer starts it from the first entry either way.
+            self._publisher.publish(self.epoch, order, again=True)
+        drawn = self.epoch
         if not self._explicit_epoch:
             self.epoch += 1
         self._explicit_epoch = False
+        # Staging then runs on across the end of this epoch.
+        self._publish_ahead(drawn + 1)
         return iter(order)
+
+    def _was_published_ahead(self, order):
+        ahead, self._ahead = self._ahead, None
+        return ahead is not None and ahead == (self.epoch, _fingerprint(order))
+
+    def _publish_ahead(self, epoch):
+        if not self._publisher.active or not _reproducible(self.sampler):
+            return
+        order = _draw_ahead(self.sampler)
+        self._publisher.publish(epoch, order, again=True)
+        self._ahead = (epoch, _fingerprint(order))
 
     def __len__(self):
         return len(self.sampler)
@@ -211,6 +278,7 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
     Same constructor arguments and the same order for a given seed, epoch, rank,
     num_replicas, shuffle and drop_last. The order is a function of seed and epoch, so the
     next epoch's order is published ahead of time: epochfs stages across the epoch boundary.
+    The first epoch's order is published when the sampler is made, during the job's start-up.
     ``data_dir``, ``paths`` and ``strict`` come after the usual arguments (``paths`` defaults
     to :func:`dataset_paths` of the dataset; ``strict`` as for :class:`PublishingSampler`).
     The stream is ``<tag>.rank<rank>`` (``train.rank1`` for rank 1 of ``<mount>/train``), the
@@ -224,6 +292,8 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
         if paths is None:
             paths = dataset_paths(dataset)
         self._publisher = _Publisher(data_dir, paths, rank=self.rank, strict=strict)
+        # The job's start-up (CUDA, the model, a checkpoint) gives the stager a head start.
+        self._publish(self.epoch)
 
     def _order(self, epoch):
         saved, self.epoch = self.epoch, epoch
@@ -237,8 +307,13 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
         self._publish_from(epoch)
 
     def _publish_from(self, epoch):
-        self._publisher.publish(epoch, self._order(epoch))
-        self._publisher.publish(epoch + 1, self._order(epoch + 1))
+        self._publish(epoch)
+        self._publish(epoch + 1)
+
+    def _publish(self, epoch):
+        # An epoch already published is not published again, nor its order drawn.
+        if self._publisher.wants(epoch):
+            self._publisher.publish(epoch, self._order(epoch))
 
     def __iter__(self):
         self._publish_from(self.epoch)

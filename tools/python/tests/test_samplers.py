@@ -76,8 +76,9 @@ def test_stream_and_manifest_are_named_after_the_data_dir(clean_env, fake_mount,
     list(plain)
     ranked.set_epoch(0)
     assert [h[-2] for h, _ in fake_mount.manifests] == ["#manifest " + tag] * 2
+    # Epoch 0 of each when it is made, then epoch 1 of each ahead.
     assert [h[2] for h, _ in fake_mount.orders()] == [
-        "#stream " + tag, "#stream %s.rank3" % tag, "#stream %s.rank3" % tag]
+        "#stream " + tag, "#stream %s.rank3" % tag] * 2
 
 
 def test_training_and_validation_loaders_never_share(clean_env, fake_mount):
@@ -88,7 +89,7 @@ def test_training_and_validation_loaders_never_share(clean_env, fake_mount):
         ["#manifest train", "#count %d" % N], ["#manifest val", "#count 10"]]
     assert [e[0] for _, e in fake_mount.manifests] == ["train/f000.jpg", "val/f000.jpg"]
     assert [(h[2], h[4]) for h, _ in fake_mount.orders()] == [
-        ("#stream train", "#manifest train"), ("#stream val", "#manifest val")]
+        ("#stream train", "#manifest train"), ("#stream val", "#manifest val")] * 2
 
 
 def test_a_second_path_list_with_the_same_tag_gets_a_suffix(clean_env, fake_mount):
@@ -136,9 +137,10 @@ def test_every_draw_is_published(clean_env, fake_mount):
     for _ in range(2):
         sampler.set_epoch(5)
         draws.append([str(i) for i in sampler])
+    # Epoch 0 was published when the sampler was made, and epoch 6 after each draw, ahead.
     orders = fake_mount.orders()
-    assert [h[1] for h, _ in orders] == ["#epoch 5", "#epoch 5"]
-    assert [e for _, e in orders] == draws and draws[0] != draws[1]
+    assert [h[1] for h, _ in orders] == ["#epoch %d" % e for e in (0, 5, 6, 5, 6)]
+    assert [orders[1][1], orders[3][1]] == draws and draws[0] != draws[1]
 
 
 def test_a_restart_from_an_older_epoch_publishes_the_next_ones_again(clean_env, fake_mount):
@@ -164,8 +166,8 @@ def refuse(monkeypatch, error):
 def test_a_refusal_warns_once_and_the_indices_stay_exact(clean_env, fake_mount):
     calls = refuse(clean_env, epochfs.PublishError(
         errno.EINVAL, "job 77: 65 streams, 1 over its limit of 64", "order-1"))
-    sampler = publishing(fake_mount, "train")
     with pytest.warns(RuntimeWarning) as caught:
+        sampler = publishing(fake_mount, "train")
         got = [list(sampler) for _ in range(3)]
     plain = seeded()
     assert got == [list(plain) for _ in range(3)]
@@ -174,7 +176,7 @@ def test_a_refusal_warns_once_and_the_indices_stay_exact(clean_env, fake_mount):
     assert fake_mount.path in message and "stream train" in message
     assert "1 over its limit of 64" in message
     assert "training continues without prefetch for this loader" in message
-    assert sampler.publish_failures == len(calls) == 3
+    assert sampler.publish_failures == len(calls) == 4  # epochs 0 to 3, each tried once
 
 
 def test_an_unwritable_control_dir_warns_once_and_training_goes_on(clean_env, fake_mount):
@@ -206,14 +208,14 @@ def test_any_os_error_is_a_warning(clean_env, fake_mount, error):
         raise error
 
     clean_env.setattr(epochfs, "set_manifest", set_manifest)
-    sampler = publishing(fake_mount, "train")
     with pytest.warns(RuntimeWarning, match=error.strerror):
+        sampler = publishing(fake_mount, "train")
         assert list(sampler) == list(seeded())
 
 
 def test_a_bad_explicit_stream_is_a_warning(clean_env, fake_mount):
-    sampler = publishing(fake_mount, "train", stream="my stream")
     with pytest.warns(RuntimeWarning, match="name is 1 to 64"):
+        sampler = publishing(fake_mount, "train", stream="my stream")
         assert list(sampler) == list(seeded())
 
 
@@ -228,9 +230,8 @@ def test_strict_raises(clean_env, fake_mount):
         clean_env.setenv("EPOCHFS_STRICT", "1")
         with pytest.raises(epochfs.PublishError, match="refused"):
             list(publishing(fake_mount, "train"))
-        sampler = publishing(fake_mount, "train", strict=False)
     with pytest.warns(RuntimeWarning, match="refused"):
-        list(sampler)
+        list(publishing(fake_mount, "train", strict=False))
     clean_env.setenv("EPOCHFS_STRICT", "0")
     with pytest.warns(RuntimeWarning, match="refused"):
         list(publishing(fake_mount, "train"))

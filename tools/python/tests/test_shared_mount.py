@@ -47,7 +47,7 @@ EDGE = 8
 #   epochs: epochs to train
 #   wait_go: print {"ready": ...} once the samplers exist, then wait for a line on stdin
 #   pause_after: after that many epochs, print {"paused": ...} and wait for a line on stdin
-#   block: "publish": publish epoch 0 (and, for a distributed sampler, 1) of every loader;
+#   block: "publish": publish epochs 0 and 1 (ahead) of every loader;
 #          "batch": also read the first batch of epoch 0 (DataLoader workers running); then
 #          print {"blocked": <samples read>} and wait for stdin to close
 #   hold: after training, print the result, then wait for stdin to close
@@ -657,14 +657,15 @@ def test_a_refused_publish_costs_one_warning_and_never_the_training_run(lab):
     job = lab.run(lab.a, "limited", epochs=3, loaders=[loader(mount, sampler="random", seed=4)])
     result = job.line()
     assert job.finish() == 0, job.stderr()  # 3: the loader read another order
-    assert result["publish_failures"] == [3]  # one refusal per epoch, reported once
+    # One refusal per epoch (three trained and the next, published ahead), reported once.
+    assert result["publish_failures"] == [4]
     err = job.stderr()
     warnings = [line for line in err.splitlines() if "Warning" in line]
     assert len(warnings) == 1, err
     assert "RuntimeWarning: epochfs: publishing stream train (job limited)" in warnings[0]
     assert "--max-entries-per-user 10" in warnings[0]
     prefetch = stats(mount)["prefetch"]
-    assert prefetch["publishes_over_limit"] == 3
+    assert prefetch["publishes_over_limit"] == 4
     assert not [k for k in prefetch["streams"] if "/limited/" in k]
 
 

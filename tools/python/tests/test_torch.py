@@ -34,6 +34,14 @@ def seeded(dataset, seed=7):
     return RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
 
 
+def epoch_record(stream, epoch):
+    """The stream's figures of ``epoch``: current, or finished (once the epoch published
+    ahead of it started)."""
+    if stream["this_epoch"]["epoch"] == epoch:
+        return stream["this_epoch"]
+    return stream["finished_epochs"][str(epoch)]
+
+
 def loader_paths(loader):
     out = []
     for paths, _ in loader:
@@ -64,8 +72,8 @@ def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeyp
     assert second == [paths[i] for i in published[1]]
     assert published[0] != published[1]
     assert sampler.stream == "train"
-    epoch = mount.stream("train")["this_epoch"]
-    assert epoch["epoch"] == 1
+    assert published[2] != published[1]  # epoch 2, ahead
+    epoch = epoch_record(mount.stream("train"), 1)
     assert epoch["opens"] == len(paths)
     assert epoch["hits"] >= 0.95 * len(paths)
 
@@ -95,10 +103,10 @@ def test_a_training_and_a_validation_loader_keep_their_own_orders(workdir, image
         for epoch in range(2):
             for name, (loader, paths) in loaders.items():
                 assert sorted(loader_paths(loader)) == sorted(paths)
-                # Epoch 1's order is indices only: they must name the loader's own manifest,
-                # not the one the other loader published last.
+                # Each iteration publishes the next epoch ahead, as indices only: they must
+                # name the loader's own manifest, not the one the other loader published last.
                 last = mount.stats()["prefetch"]["last_publish"]
-                assert (last["stream"], last["epoch"]) == (name, epoch)
+                assert (last["stream"], last["epoch"]) == (name, epoch + 1)
                 assert (last["accepted"], last["rejected"]) == (len(paths), 0)
         assert sorted(mount.streams()) == ["train", "val"]
     finally:
@@ -176,3 +184,103 @@ def test_two_ranks_publish_their_own_streams_covering_the_dataset(mount):
         assert stream["epochs_queued"] == 1
     everything = set(epochfs.torch.dataset_paths(path_folder(data)))
     assert set(orders[0]) | set(orders[1]) == everything
+
+
+# A head start: the first epoch is published when the sampler is made, during the job's
+# start-up, and each next epoch ahead; each epoch's order once.
+
+def spy_on_publish(monkeypatch):
+    """[(epoch, order)] of every order the samplers publish (still published)."""
+    published = []
+    real_publish = epochfs.publish
+
+    def spy(m, order, **kw):
+        order = list(order)
+        published.append((kw["epoch"], order))
+        real_publish(m, order, **kw)
+
+    monkeypatch.setattr(epochfs, "publish", spy)
+    return published
+
+
+def train_set(mount):
+    data = os.path.join(mount.path, "train")
+    ds = path_folder(data)
+    return data, ds, epochfs.torch.dataset_paths(ds)
+
+
+def test_a_distributed_sampler_publishes_epoch_0_when_made(mount, monkeypatch):
+    published = spy_on_publish(monkeypatch)
+    data, ds, _ = train_set(mount)
+    ours = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=2, rank=1, seed=3,
+                                                      data_dir=data, strict=True)
+    stream = mount.stream("train.rank1")
+    assert (stream["epoch"], stream["epochs_queued"]) == (0, 0)
+    assert stream["epoch_length"] == len(ds) // 2
+    assert mount.stats()["prefetch"]["publishes"] == 2  # the manifest and epoch 0
+    theirs = DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
+    for epoch in range(2):
+        ours.set_epoch(epoch)
+        theirs.set_epoch(epoch)
+        assert list(ours) == list(theirs) == dict(published)[epoch]
+    # Epoch 0 when made, then 1 and 2 ahead: none twice.
+    assert [e for e, _ in published] == [0, 1, 2]
+    assert mount.stats()["prefetch"]["publishes"] == 4
+
+
+@pytest.mark.parametrize("make", [seeded, SequentialSampler], ids=["seeded", "sequential"])
+def test_a_reproducible_sampler_publishes_epoch_0_when_made(mount, monkeypatch, make):
+    published = spy_on_publish(monkeypatch)
+    data, ds, paths = train_set(mount)
+    ours = epochfs.torch.PublishingSampler(make(ds), data, paths, strict=True)
+    stream = mount.stream("train")
+    assert (stream["epoch"], stream["epochs_queued"]) == (0, 0)
+    assert stream["epoch_length"] == len(paths)
+    plain = make(ds)
+    for epoch in range(3):
+        got = list(ours)
+        # The generator was put back after each draw ahead: the same orders as without it.
+        assert got == list(plain) == dict(published)[epoch]
+        # The next epoch is queued as soon as this one is drawn.
+        assert mount.stream("train")["epochs_queued"] == epoch + 1
+    assert [e for e, _ in published] == [0, 1, 2, 3]
+    assert mount.stats()["prefetch"]["publishes"] == 5  # the manifest and 4 epochs
+
+
+def test_the_loader_reads_the_order_published_when_the_sampler_was_made(mount, monkeypatch):
+    published = spy_on_publish(monkeypatch)
+    data, ds, paths = train_set(mount)
+    sampler = epochfs.torch.PublishingSampler(seeded(ds), data, paths, strict=True)
+    mount.wait_idle()  # staged meanwhile, as during a job's start-up
+    loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2)
+    assert loader_paths(loader) == [paths[i] for i in published[0][1]]
+    assert [e for e, _ in published] == [0, 1]
+    epoch = epoch_record(mount.stream("train"), 0)
+    assert epoch["opens"] == len(paths)
+    assert epoch["hits"] >= 0.95 * len(paths)
+
+
+@pytest.mark.parametrize("make", [
+    RandomSampler,  # a fresh seed at each draw
+    lambda ds: DistributedSampler(ds, num_replicas=1, rank=0),  # an order set by set_epoch
+], ids=["unseeded", "set_epoch"])
+def test_an_unknown_order_is_published_when_drawn(mount, monkeypatch, make):
+    published = spy_on_publish(monkeypatch)
+    data, ds, paths = train_set(mount)
+    ours = epochfs.torch.PublishingSampler(make(ds), data, paths, strict=True)
+    assert published == [] and mount.stats()["prefetch"]["publishes"] == 0
+    draws = [list(ours) for _ in range(2)]
+    assert published == [(0, draws[0]), (1, draws[1])]
+
+
+def test_a_draw_unlike_the_one_published_ahead_is_published(mount, monkeypatch):
+    published = spy_on_publish(monkeypatch)
+    data, ds, paths = train_set(mount)
+    generator = torch.Generator().manual_seed(7)
+    ours = epochfs.torch.PublishingSampler(RandomSampler(ds, generator=generator), data,
+                                           paths, strict=True)
+    generator.manual_seed(8)  # used elsewhere before the first epoch
+    got = list(ours)
+    assert [e for e, _ in published] == [0, 0, 1]
+    assert published[1][1] == got != published[0][1]
+    assert mount.stream("train")["epoch_length"] == len(paths)
