@@ -110,6 +110,15 @@ bool CacheStore::contains(FileId id) const {
   return entries_.count(id) != 0;
 }
 
+std::optional<FileVersion> CacheStore::ready_version(FileId id) const {
+  MutexLock lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
+    return std::nullopt;
+  }
+  return it->second.version;
+}
+
 CacheStore::~CacheStore() {
   if (options_.keep) {
     save_index();

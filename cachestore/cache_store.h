@@ -143,6 +143,8 @@ class CacheStore {
 
   // Whether id has an entry (being staged, ready or being removed).
   bool contains(FileId id) const;
+  // The version of id's ready copy, if it has one.
+  std::optional<FileVersion> ready_version(FileId id) const;
 
   // A ready copy of id at exactly `version`, pinned, as an fd to read; nullopt on a miss.
   // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.

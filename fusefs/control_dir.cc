@@ -99,6 +99,21 @@ class JsonObject {
   bool first_ = true;
 };
 
+void source_fields(std::ostringstream& out, const prefetch::SourceHealth& h) {
+  JsonObject o(out, 2);
+  o.field("state", std::string(prefetch::to_string(h.state)));
+  // Unix time the state began; 0 when the source has been well since the mount.
+  o.field("since", static_cast<uint64_t>(h.since_wall_s));
+  o.field("outages", h.outages);
+  o.field("outage_answers", h.served_known);
+  o.field("outage_waits", h.waited);
+  o.field("outage_failures", h.failed);
+  o.field("timeouts", h.timed_out);
+  o.field("interrupted", h.interrupted);
+  o.field("last_error", h.last_error);
+  o.close();
+}
+
 void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   const auto& c = s.cache;
   JsonObject o(out, 2);
@@ -262,6 +277,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
   o.field("waits_abandoned", s.waits_abandoned);
+  source_fields(o.start("source_health"), s.source);
   data_path_fields(o.start("data_path"), implicit_opens);
   cache_fields(o.start("cache"), s);
   prefetch_fields(o.start("prefetch"), s);

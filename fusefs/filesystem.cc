@@ -5,6 +5,8 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "cachestore/fs_type.h"
 #include "cachestore/log.h"
 #include "cachestore/path.h"
@@ -56,12 +58,26 @@ Result<T> stale_if_gone(Result<T> result) {
   return result;
 }
 
+// An attribute value (or list) read into a string, given to the caller's buffer: with size 0,
+// only its length (what getxattr(2) answers when asked for the size).
+Result<size_t> copy_out(Result<std::string> data, char* buf, size_t size) {
+  if (!data.is_ok()) {
+    return data.status();
+  }
+  if (size != 0) {
+    memcpy(buf, data.value().data(), data.value().size());
+  }
+  return data.value().size();
+}
+
 // For InodeTable::add_reference: whether another name in the source still leads to the file
 // st describes (a hard link), so that one node may serve both names. A stat, asked only when
 // an unchanged file is looked up under a name other than its node's (see add_reference).
-InodeTable::NamesFile names_of(const cachestore::RootDir& source, const struct stat& st) {
-  return [&source, &st](const std::string& other) {
-    auto other_st = source.stat_at(other);
+InodeTable::NamesFile names_of(prefetch::Engine& engine, const cachestore::RootDir& source,
+                               const struct stat& st) {
+  return [&engine, &source, &st](const std::string& other) {
+    auto other_st = engine.source_guard().call<struct stat>(
+        other, false, [&source, other] { return source.stat_at(other); });
     return other_st.is_ok() && other_st.value().st_dev == st.st_dev &&
            other_st.value().st_ino == st.st_ino;
   };
@@ -94,14 +110,14 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
   }
   std::string path = cachestore::join_path(dir.value(), name);
   if (auto fresh = engine_.fresh_attributes(path)) {
-    return Entry{inodes_.add_reference(*fresh, path, names_of(source_, *fresh)), *fresh};
+    return Entry{inodes_.add_reference(*fresh, path, names_of(engine_, source_, *fresh)), *fresh};
   }
-  auto st = source_.stat_at(path);
+  auto st = engine_.source_attributes(path);
   if (!st.is_ok()) {
     return st.status();
   }
-  engine_.observe(path, st.value());
-  const InodeId id = inodes_.add_reference(st.value(), path, names_of(source_, st.value()));
+  const InodeId id =
+      inodes_.add_reference(st.value(), path, names_of(engine_, source_, st.value()));
   return Entry{id, st.value()};
 }
 
@@ -136,14 +152,10 @@ Result<struct stat> Filesystem::getattr(InodeId id) {
   if (!path.is_ok()) {
     return path.status();
   }
-  auto st = stale_if_gone(source_.stat_at(path.value()));
-  if (st.is_ok()) {
-    engine_.observe(path.value(), st.value());
-  }
-  return st;
+  return stale_if_gone(engine_.source_attributes(path.value()));
 }
 
-Result<std::string> Filesystem::readlink(InodeId id) const {
+Result<std::string> Filesystem::readlink(InodeId id) {
   if (is_control(id)) {
     return Status::error(EINVAL, "readlink");
   }
@@ -151,7 +163,8 @@ Result<std::string> Filesystem::readlink(InodeId id) const {
   if (!path.is_ok()) {
     return path.status();
   }
-  return stale_if_gone(source_.readlink_at(path.value()));
+  return stale_if_gone(guarded<std::string>(
+      path.value(), [this, p = path.value()] { return source_.readlink_at(p); }));
 }
 
 Result<DirHandle*> Filesystem::opendir(InodeId id) {
@@ -162,7 +175,9 @@ Result<DirHandle*> Filesystem::opendir(InodeId id) {
   if (!path.is_ok()) {
     return path.status();
   }
-  auto fd = source_.open_at(path.value(), O_RDONLY | O_DIRECTORY);
+  auto fd = guarded<cachestore::UniqueFd>(path.value(), [this, p = path.value()] {
+    return source_.open_at(p, O_RDONLY | O_DIRECTORY);
+  });
   if (!fd.is_ok()) {
     return stale_if_gone(fd.status());
   }
@@ -408,9 +423,11 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> 
   return OpenResult{added, options_.immutable || unchanged};
 }
 
-Result<struct statvfs> Filesystem::statfs() const { return source_.statfs(); }
+Result<struct statvfs> Filesystem::statfs() {
+  return guarded<struct statvfs>("", [this] { return source_.statfs(); });
+}
 
-Result<size_t> Filesystem::getxattr(InodeId id, const char* name, char* buf, size_t size) const {
+Result<size_t> Filesystem::getxattr(InodeId id, const char* name, char* buf, size_t size) {
   if (is_control(id)) {
     return Status::error(ENODATA, "getxattr");
   }
@@ -418,10 +435,21 @@ Result<size_t> Filesystem::getxattr(InodeId id, const char* name, char* buf, siz
   if (!path.is_ok()) {
     return path.status();
   }
-  return source_.getxattr_at(path.value(), name, buf, size);
+  // Into a buffer of the call's own: an abandoned call may still write after we returned.
+  auto value = guarded<std::string>(
+      path.value(), [this, p = path.value(), n = std::string(name), size]() -> Result<std::string> {
+        std::string data(size, '\0');
+        auto got = source_.getxattr_at(p, n.c_str(), size == 0 ? nullptr : data.data(), size);
+        if (!got.is_ok()) {
+          return got.status();
+        }
+        data.resize(size == 0 ? got.value() : std::min(got.value(), size));
+        return data;
+      });
+  return copy_out(std::move(value), buf, size);
 }
 
-Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) const {
+Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) {
   if (is_control(id)) {
     return size_t{0};
   }
@@ -429,10 +457,20 @@ Result<size_t> Filesystem::listxattr(InodeId id, char* buf, size_t size) const {
   if (!path.is_ok()) {
     return path.status();
   }
-  return source_.listxattr_at(path.value(), buf, size);
+  auto names =
+      guarded<std::string>(path.value(), [this, p = path.value(), size]() -> Result<std::string> {
+        std::string data(size, '\0');
+        auto got = source_.listxattr_at(p, size == 0 ? nullptr : data.data(), size);
+        if (!got.is_ok()) {
+          return got.status();
+        }
+        data.resize(size == 0 ? got.value() : std::min(got.value(), size));
+        return data;
+      });
+  return copy_out(std::move(names), buf, size);
 }
 
-Status Filesystem::access(InodeId id, int mask) const {
+Status Filesystem::access(InodeId id, int mask) {
   if (id == kControlDirId) {
     return Status::ok();  // orders are written into it
   }
@@ -446,7 +484,7 @@ Status Filesystem::access(InodeId id, int mask) const {
   if ((mask & W_OK) != 0) {
     // As on a read-only mount (access(2)): files, directories and links cannot be written, but
     // writing to a FIFO, socket or device changes no file, so its modes decide.
-    auto st = source_.stat_at(path.value());
+    auto st = engine_.source_attributes(path.value());
     if (!st.is_ok()) {
       return stale_if_gone(st.status());
     }
@@ -455,7 +493,14 @@ Status Filesystem::access(InodeId id, int mask) const {
       return Status::error(kReadOnlyError, "access for writing");
     }
   }
-  return stale_if_gone(source_.access_at(path.value(), mask));
+  auto allowed = guarded<bool>(path.value(), [this, p = path.value(), mask]() -> Result<bool> {
+    Status st = source_.access_at(p, mask);
+    if (!st.is_ok()) {
+      return st;
+    }
+    return true;
+  });
+  return stale_if_gone(allowed.status());
 }
 
 }  // namespace epochfs::fusefs

@@ -14,6 +14,7 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -117,7 +118,7 @@ class Filesystem {
   // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).
   void forgotten();
   cachestore::Result<struct stat> getattr(InodeId id);
-  cachestore::Result<std::string> readlink(InodeId id) const;
+  cachestore::Result<std::string> readlink(InodeId id);
   // Handles returned by opendir and open stay owned by the Filesystem until releasedir and
   // release, or until it is destroyed (the kernel sends no release if the connection ends).
   cachestore::Result<DirHandle*> opendir(InodeId id);
@@ -170,12 +171,21 @@ class Filesystem {
     engine_.count_source_read(file.file, static_cast<uint64_t>(file.file.version.size));
   }
 
+  // size bytes of file's source at off, read so that a hung source cannot hold the reader
+  // unkillably (prefetch/source_guard.h).
+  cachestore::Result<std::string> read_source(const FileHandle& file, size_t size, off_t off) {
+    return engine_.read_source(file.file, file.read_fd.load(std::memory_order_acquire), size, off);
+  }
+
+  // The guard of calls into the source; the FUSE layer wakes it when a request is interrupted.
+  prefetch::SourceGuard& source_guard() { return engine_.source_guard(); }
+
   // Watches one read of a cached copy (a cache disk that stops answering is noticed).
   cachestore::DiskWatch::Op watch_copy_read() { return engine_.watch_copy_read(); }
-  cachestore::Result<struct statvfs> statfs() const;
-  cachestore::Result<size_t> getxattr(InodeId id, const char* name, char* buf, size_t size) const;
-  cachestore::Result<size_t> listxattr(InodeId id, char* buf, size_t size) const;
-  cachestore::Status access(InodeId id, int mask) const;
+  cachestore::Result<struct statvfs> statfs();
+  cachestore::Result<size_t> getxattr(InodeId id, const char* name, char* buf, size_t size);
+  cachestore::Result<size_t> listxattr(InodeId id, char* buf, size_t size);
+  cachestore::Status access(InodeId id, int mask);
 
   const FilesystemOptions& options() const { return options_; }
 
@@ -193,6 +203,12 @@ class Filesystem {
 
  private:
   cachestore::Result<std::string> path_of(InodeId id) const;
+
+  // f, a call into the source about path, through the engine's guard (no answer of our own).
+  template <typename T>
+  cachestore::Result<T> guarded(const std::string& path, std::function<cachestore::Result<T>()> f) {
+    return engine_.source_guard().call<T>(path, false, std::move(f));
+  }
 
   std::atomic<bool> closes_unseen_{false};
   std::atomic<bool> warned_closes_unseen_{false};

@@ -469,12 +469,6 @@ CopyRead reply_copy_buffered(fuse_req_t req, FileHandle& file, size_t size, off_
 }
 
 void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
-  // Reply straight from the fd: libfuse splices it when the kernel allows, else preads. With
-  // FD_RETRY it goes on after a short read (a source over FUSE or a network filesystem may give
-  // one); without, the short reply would tell the kernel that the file ends there.
-  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
-  buf.buf[0].flags =
-      static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
   if (file.is_control) {
     // A copy, not a pointer into the handle: once the kernel has the reply (inside writev),
     // it may send RELEASE, and another worker may free the handle before writev returns.
@@ -506,9 +500,14 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
       }
     }
   }
-  buf.buf[0].fd = file.read_fd.load(std::memory_order_acquire);
-  buf.buf[0].pos = off;
-  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+  // From the source: through a buffer, read by the engine's guard, so that a hung source
+  // cannot hold this reader in the kernel unkillably.
+  auto data = fs_of(req).read_source(file, size, off);
+  if (!data.is_ok()) {
+    reply_status(req, data.status());
+    return;
+  }
+  fuse_reply_buf(req, data.value().data(), data.value().size());
 }
 
 // A read that came without a file handle: the kernel opened the file without asking
@@ -644,9 +643,24 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
 template <auto Op>
 struct Guarded;
 
+// The kernel interrupts a request whose reader got a signal (killed, most often): a worker
+// waiting on the source for it stops (prefetch/source_guard.h), so the reader can go. Called
+// by libfuse while req is alive, from the worker that read the INTERRUPT.
+void on_interrupt(fuse_req_t req, void* data) {
+  if (static_cast<prefetch::Cancel*>(data)->cancel(req)) {
+    fs_of(req).source_guard().wake();
+  }
+}
+
+// Each worker's: it outlives every request the worker serves, so a late interrupt finds it.
+thread_local prefetch::Cancel t_cancel;
+
 template <typename... Args, void (*Op)(fuse_req_t, Args...)>
 struct Guarded<Op> {
   static void call(fuse_req_t req, Args... args) {
+    t_cancel.begin(req);
+    prefetch::Cancel::Scope scope(&t_cancel);
+    fuse_req_interrupt_func(req, on_interrupt, &t_cancel);
     try {
       Op(req, args...);
     } catch (const std::bad_alloc&) {

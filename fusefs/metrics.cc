@@ -96,6 +96,24 @@ void engine_metrics(Exposition& e, const prefetch::EngineStats& s) {
         d(s.prefetches));
 }
 
+void source_metrics(Exposition& e, const prefetch::SourceHealth& h) {
+  e.one("epochfs_source_up", "gauge", "1 while the source answers, 0 while it is down.",
+        h.state == prefetch::SourceState::kDown ? 0 : 1);
+  e.one("epochfs_source_slow", "gauge",
+        "1 while calls into the source take over a fifth of --source-timeout.",
+        h.state == prefetch::SourceState::kSlow ? 1 : 0);
+  e.one("epochfs_source_outages_total", "counter", "Times the source went down.", d(h.outages));
+  e.one("epochfs_source_outage_answers_total", "counter",
+        "Lookups and opens answered from what the mount knew while the source was down.",
+        d(h.served_known));
+  e.one("epochfs_source_outage_waits_total", "counter",
+        "Calls that waited for the source to come back, then ran.", d(h.waited));
+  e.one("epochfs_source_outage_failures_total", "counter",
+        "Calls that failed (EIO) after waiting --outage-wait for the source.", d(h.failed));
+  e.one("epochfs_source_timeouts_total", "counter",
+        "Calls into the source not answered within --source-timeout.", d(h.timed_out));
+}
+
 void cache_metrics(Exposition& e, const prefetch::EngineStats& s) {
   const auto& c = s.cache;
   e.one("epochfs_cache_enabled", "gauge", "1 if the mount has a cache.", s.cache_enabled);
@@ -202,6 +220,7 @@ std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigur
   e.family("epochfs_build_info", "gauge", "The daemon's version; always 1.");
   e.sample(1, "{version=\"" EPOCHFS_VERSION "\"}");
   engine_metrics(e, stats);
+  source_metrics(e, stats.source);
   cache_metrics(e, stats);
   planner_metrics(e, stats);
   stream_metrics(e, stats);

@@ -45,7 +45,7 @@ bool names_no_file(int err) {
 
 Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
                EngineOptions options)
-    : source_(source), options_(options), cache_(std::move(cache)) {
+    : source_(source), options_(options), cache_(std::move(cache)), guard_(source, options.source) {
   PlannerOptions planner;
   planner.lookahead = options_.lookahead;
   planner.stage_threads = options_.stage_threads;
@@ -63,6 +63,7 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
 }
 
 void Engine::start() {
+  guard_.start([this] { planner_->replan(); });
   if (cache_ && !stager_) {
     stager_ = std::make_unique<Stager>(options_.stage_threads, options_.max_pending_copies);
     planner_->start(this);
@@ -94,9 +95,36 @@ std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publis
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
-  if (cache_ && S_ISREG(st.st_mode)) {
-    registry_.observe(registry_.id_of(rel_path), FileVersion::of(st), now_ns());
+  // Directories too: their attributes are answered from here while the source is down.
+  if (cache_ && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+    registry_.observe(registry_.id_of(rel_path), st, now_ns());
   }
+}
+
+std::optional<struct stat> Engine::known_attributes(FileId id) {
+  auto st = registry_.last_observed(id);
+  if (!st || !may_answer_in_outage()) {
+    return std::nullopt;
+  }
+  if (S_ISREG(st->st_mode) && cache_->ready_version(id) != FileVersion::of(*st)) {
+    return std::nullopt;  // no copy of that version: the file cannot be served anyway
+  }
+  return st;
+}
+
+Result<struct stat> Engine::source_attributes(const std::string& rel_path) {
+  const auto id = cache_ ? registry_.find(rel_path) : std::nullopt;
+  const auto known = id ? known_attributes(*id) : std::nullopt;
+  auto st = guard_.call<struct stat>(rel_path, known.has_value(),
+                                     [this, rel_path] { return source_.stat_at(rel_path); });
+  if (known && answer_instead(st.error_code())) {
+    guard_.served_known();
+    return *known;
+  }
+  if (st.is_ok()) {
+    observe(rel_path, st.value());
+  }
+  return st;
 }
 
 int64_t Engine::trusted_since_ns() const {
@@ -121,18 +149,31 @@ Result<FileVersion> Engine::current_version(FileId id, const std::string& rel_pa
     return *seen;
   }
   source_stats_.fetch_add(1, kRelaxed);
-  auto st = source_.stat_at(rel_path);
+  const auto known = known_attributes(id);
+  auto st = guard_.call<struct stat>(rel_path, known.has_value(),
+                                     [this, rel_path] { return source_.stat_at(rel_path); });
+  if (known && answer_instead(st.error_code())) {
+    guard_.served_known();
+    return FileVersion::of(*known);
+  }
   if (!st.is_ok()) {
     return st.status();
   }
-  const FileVersion version = FileVersion::of(st.value());
-  registry_.observe(id, version, now_ns());
-  return version;
+  registry_.observe(id, st.value(), now_ns());
+  return FileVersion::of(st.value());
 }
 
-Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path) {
+namespace {
+
+struct Opened {
+  UniqueFd fd;
+  struct stat st;
+};
+
+// Opens rel_path in source for reading, with its attributes; a call into the source only.
+Result<Opened> open_for_reading(const cachestore::RootDir& source, const std::string& rel_path) {
   // O_NONBLOCK: opening a FIFO that slipped in where a file was must not hang a worker.
-  auto fd = source_.open_at(rel_path, O_RDONLY | O_NONBLOCK);
+  auto fd = source.open_at(rel_path, O_RDONLY | O_NONBLOCK);
   if (!fd.is_ok()) {
     return fd.status();
   }
@@ -140,22 +181,67 @@ Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path) {
   if (!st.is_ok()) {
     return st.status();
   }
-  if (!S_ISREG(st.value().st_mode)) {
-    return Status::error(S_ISDIR(st.value().st_mode) ? EISDIR : EINVAL, "open " + rel_path);
+  return Opened{std::move(fd).value(), st.value()};
+}
+
+}  // namespace
+
+Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path, bool guarded) {
+  auto opened = guarded ? guard_.call<Opened>(
+                              rel_path, false,
+                              [this, rel_path] { return open_for_reading(source_, rel_path); })
+                        : open_for_reading(source_, rel_path);
+  if (!opened.is_ok()) {
+    if (!guarded) {
+      guard_.note(opened.status(), rel_path);
+    }
+    return opened.status();
   }
-  OpenFile file{std::move(fd).value(), FileVersion::of(st.value()), id, false};
+  const struct stat& st = opened.value().st;
+  if (!S_ISREG(st.st_mode)) {
+    return Status::error(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, "open " + rel_path);
+  }
+  OpenFile file{std::move(opened.value().fd), FileVersion::of(st), id, false};
   if (cache_) {
     const int64_t now = now_ns();
-    registry_.observe(id, file.version, now);
-    fresh_.put(id, st.value(), now);
+    registry_.observe(id, st, now);
+    fresh_.put(id, st, now);
   }
   return file;
+}
+
+Result<std::string> Engine::read_source(const OpenFile& file, int fd, size_t size, off_t off) {
+  // The path names the file in errors, and is what the guard asks again in an outage.
+  const std::string rel_path = cache_ ? registry_.path_of(file.id) : std::string();
+  // The fd is the reader's: the handle holds it until RELEASE, which the kernel sends only
+  // after this read is answered, so an abandoned call still reads a valid descriptor.
+  return guard_.call<std::string>(
+      rel_path, false, [fd, size, off, rel_path]() -> Result<std::string> {
+        std::string data(size, '\0');
+        size_t got = 0;
+        while (got < size) {
+          const ssize_t n =
+              ::pread(fd, data.data() + got, size - got, off + static_cast<off_t>(got));
+          if (n < 0 && errno == EINTR) {
+            continue;
+          }
+          if (n < 0) {
+            return Status::error(errno, "read " + rel_path);
+          }
+          if (n == 0) {
+            break;  // the end of the file
+          }
+          got += static_cast<size_t>(n);
+        }
+        data.resize(got);
+        return data;
+      });
 }
 
 Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener) {
   opens_.fetch_add(1, kRelaxed);
   if (!cache_) {
-    return open_source(0, rel_path);
+    return open_source(0, rel_path, true);
   }
   const FileId id = registry_.id_of(rel_path);
   const auto stream = planner_->on_open(id, opener);
@@ -172,6 +258,10 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
   });
 
   auto version = current_version(id, rel_path);
+  if (version.error_code() == EINTR || is_outage_error(version.error_code()) ||
+      (version.error_code() == EIO && guard_.down())) {
+    return version.status();  // the reader was killed, or the source is down: no second wait
+  }
   if (version.is_ok() && !cache_->bypass_hung_disk(id)) {
     auto fd = cache_->open_copy(id, version.value());
     // Claiming the flight before opening the source closes the window in which a prefetch of
@@ -202,7 +292,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
   // the source, which reports the real error to this reader alone. The copy stays: an
   // unreachable source is not a deleted one.
   misses_.fetch_add(1, kRelaxed);
-  auto file = open_source(id, rel_path);
+  auto file = open_source(id, rel_path, true);
   if (file.is_ok()) {
     file.value().stream = stream_index;
     count_open(file.value(), outcome);
@@ -312,6 +402,9 @@ void Engine::note_progress(FileId id) {
 }
 
 unsigned Engine::prefetch_slots() {
+  if (guard_.down()) {
+    return 0;  // staging pauses; the planner plans again when the source is back (replan)
+  }
   // Twice the threads: one copy running and one queued per thread keeps them all busy.
   const unsigned limit = 2 * options_.stage_threads;
   cachestore::MutexLock lock(flights_mu_);
@@ -361,9 +454,10 @@ void Engine::stat_ahead(FileId id) {
     const int64_t asked_at = now_ns();  // fresh from the moment it was asked, not answered
     auto st = source_.stat_at(path);
     if (!st.is_ok() || !S_ISREG(st.value().st_mode)) {
+      guard_.note(st.status(), path);
       return;  // the lookup asks the source itself and reports what it finds
     }
-    registry_.observe(id, FileVersion::of(st.value()), asked_at);
+    registry_.observe(id, st.value(), asked_at);
     fresh_.put(id, st.value(), asked_at);
     stats_ahead_.fetch_add(1, kRelaxed);
   };
@@ -375,7 +469,7 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   if (planner_->next_use(id) == Planner::kNever) {
     return;  // its order was replaced while the copy waited in the queue
   }
-  auto file = open_source(id, rel_path);
+  auto file = open_source(id, rel_path, false);
   if (!file.is_ok()) {
     if (names_no_file(file.error_code())) {
       planner_->reject_entry(stream, rel_path, file.status().to_string());
@@ -421,6 +515,9 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
   if (!hash.is_ok()) {
     cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
                     hash.status().to_string().c_str());
+    if (!cache_fault) {
+      guard_.note(hash.status(), rel_path);
+    }
     cache_->abort(std::move(*staging), cache_fault ? hash.error_code() : 0);
     return;
   }
@@ -448,7 +545,7 @@ Result<UniqueFd> Engine::source_instead_of_copy(const OpenFile& file) {
   cachestore::log(cachestore::LogLevel::kWarning,
                   "cached copy of %s failed while read: reading the source instead",
                   escape_for_log(rel_path).c_str());
-  auto source = open_source(file.id, rel_path);
+  auto source = open_source(file.id, rel_path, true);
   if (!source.is_ok()) {
     return source.status();
   }
@@ -500,6 +597,7 @@ EngineStats Engine::stats() const {
   s.planner = planner_->stats();
   s.copies_queued = stager_ ? stager_->pending() : 0;
   s.cache_enabled = cache_ != nullptr;
+  s.source = guard_.health();
   if (cache_) {
     s.cache = cache_->stats();
     s.cache_dir = cache_->path();

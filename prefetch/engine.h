@@ -45,6 +45,7 @@
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
 #include "prefetch/planner.h"
+#include "prefetch/source_guard.h"
 #include "prefetch/stager.h"
 
 namespace epochfs::prefetch {
@@ -69,6 +70,11 @@ struct EngineOptions {
   std::string shuffle_file;
   // What one job or user may hold, and when a quiet job ends (prefetch/jobs.h).
   JobLimits limits;
+  // Bounds on calls into the source, and its outages (prefetch/source_guard.h).
+  SourceGuardOptions source;
+  // While the source is down, files with a copy of the version last checked are served it
+  // (stale-if-error; always, with immutable). False: they fail like the others (--outage fail).
+  bool serve_cached_in_outage = true;
 };
 
 // A file opened for reading.
@@ -98,6 +104,7 @@ struct EngineStats {
   uint64_t waits_abandoned = 0;  // of those, gave up on a copy that made no progress
   uint64_t prefetches = 0;       // copies the planner started
   bool cache_enabled = false;
+  SourceHealth source;
   std::string cache_dir;
   cachestore::CacheStats cache;
   PlannerStats planner;
@@ -119,6 +126,18 @@ class Engine final : public PrefetchSink {
 
   // Records attributes just read from the source (by lookup or getattr).
   void observe(const std::string& rel_path, const struct stat& st);
+
+  // The source's attributes of rel_path (lstat), through the guard: while the source is down,
+  // the attributes last read of a directory, or of a file with a copy of that version, are
+  // answered instead (when the mount serves the cache in an outage).
+  cachestore::Result<struct stat> source_attributes(const std::string& rel_path);
+
+  // Calls into the source for a FUSE worker (prefetch/source_guard.h): bounded, interruptible.
+  SourceGuard& source_guard() { return guard_; }
+
+  // size bytes at off of fd, file's source file, read through the guard (a read that cannot
+  // hang the reader unkillably). Fewer only at the end of the file.
+  cachestore::Result<std::string> read_source(const OpenFile& file, int fd, size_t size, off_t off);
 
   // rel_path's attributes if the engine read them from the source within the attribute
   // timeout (ever, with --immutable), ahead of the trainer: a lookup may answer from them
@@ -166,7 +185,15 @@ class Engine final : public PrefetchSink {
  private:
   cachestore::Result<cachestore::FileVersion> current_version(FileId id,
                                                               const std::string& rel_path);
-  cachestore::Result<OpenFile> open_source(FileId id, const std::string& rel_path);
+  // Opens rel_path in the source; guarded: through the guard (a reader waits on it).
+  cachestore::Result<OpenFile> open_source(FileId id, const std::string& rel_path, bool guarded);
+  // The attributes to answer for id while the source is down, if the mount may answer.
+  std::optional<struct stat> known_attributes(FileId id);
+
+  bool may_answer_in_outage() const {
+    return options_.immutable || options_.serve_cached_in_outage;
+  }
+
   // Copies file into the cache on the stager. REQUIRES: the caller owns file.id's flight.
   // True if the copy job took the flight over (it ends it); false if the caller still owns it.
   bool stage_in_background(const OpenFile& file, const std::string& rel_path);
@@ -205,6 +232,7 @@ class Engine final : public PrefetchSink {
   FreshAttrs fresh_;
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
+  SourceGuard guard_;                  // last: its threads may call into the planner (replan)
 
   // Counters. Relaxed: independent statistics, read as a snapshot.
   std::atomic<uint64_t> opens_{0};

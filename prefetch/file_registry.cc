@@ -26,7 +26,7 @@ FileId FileRegistry::id_of(std::string_view path) {
     return index_[slot];
   }
   const auto id = static_cast<FileId>(records_.size());
-  records_.push_back(Record{store_path(path), {}, 0});
+  records_.push_back(Record{store_path(path), {}, 0, kNoShape});
   index_[slot] = id;
   return id;
 }
@@ -75,12 +75,45 @@ void FileRegistry::grow_index() {
   }
 }
 
-void FileRegistry::observe(FileId id, const FileVersion& version, int64_t now_ns) {
+void FileRegistry::observe(FileId id, const struct stat& st, int64_t now_ns) {
   MutexLock lock(mu_);
   if (id < records_.size()) {
-    records_[id].seen = version;
+    records_[id].seen = FileVersion::of(st);
     records_[id].seen_at_ns = now_ns;
+    records_[id].shape = shape_of(st);
   }
+}
+
+uint32_t FileRegistry::shape_of(const struct stat& st) {
+  const Shape shape{st.st_mode, st.st_uid, st.st_gid, static_cast<uint32_t>(st.st_nlink)};
+  auto [it, added] = shape_ids_.try_emplace(shape, static_cast<uint32_t>(shapes_.size()));
+  if (added) {
+    shapes_.push_back(shape);
+  }
+  return it->second;
+}
+
+std::optional<struct stat> FileRegistry::last_observed(FileId id) const {
+  MutexLock lock(mu_);
+  if (id >= records_.size() || records_[id].shape == kNoShape) {
+    return std::nullopt;
+  }
+  const Record& r = records_[id];
+  const Shape& shape = shapes_[r.shape];
+  struct stat st = {};
+  st.st_mode = shape.mode;
+  st.st_uid = shape.uid;
+  st.st_gid = shape.gid;
+  st.st_nlink = shape.nlink;
+  st.st_size = r.seen.size;
+  st.st_ino = r.seen.ino;
+  st.st_dev = r.seen.dev;
+  st.st_mtim = {r.seen.mtime_ns / 1000000000, r.seen.mtime_ns % 1000000000};
+  st.st_ctim = {r.seen.ctime_ns / 1000000000, r.seen.ctime_ns % 1000000000};
+  st.st_atim = st.st_mtim;
+  st.st_blksize = 4096;
+  st.st_blocks = (r.seen.size + 511) / 512;
+  return st;
 }
 
 std::optional<FileVersion> FileRegistry::observed_since(FileId id, int64_t since_ns) const {

@@ -15,12 +15,15 @@
 // Thread-safety: all methods lock mu_ (a leaf lock) for memory work only.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "cachestore/eviction_policy.h"
@@ -39,11 +42,16 @@ class FileRegistry {
   // The id of path if it has one; assigns none.
   std::optional<FileId> find(std::string_view path) const;
 
-  // Records the version of id read from the source at now_ns.
-  void observe(FileId id, const FileVersion& version, int64_t now_ns);
+  // Records id's attributes (its version, and what a stat says beyond it) read from the
+  // source at now_ns.
+  void observe(FileId id, const struct stat& st, int64_t now_ns);
 
   // The version observed at or after since_ns, if any.
   std::optional<FileVersion> observed_since(FileId id, int64_t since_ns) const;
+
+  // id's attributes as last observed, however long ago: what the mount answers while the
+  // source is down. Times other than mtime and ctime, and the block counts, are made up.
+  std::optional<struct stat> last_observed(FileId id) const;
 
   // The path of id; empty if id was never handed out.
   std::string path_of(FileId id) const;
@@ -51,11 +59,30 @@ class FileRegistry {
   size_t size() const;
 
  private:
+  // The part of a stat that is not the version; a dataset has few distinct ones, so each is
+  // stored once and a record holds its index (4 bytes instead of 16).
+  struct Shape {
+    uint32_t mode, uid, gid, nlink;
+    bool operator==(const Shape&) const = default;
+  };
+
+  struct ShapeHash {
+    size_t operator()(const Shape& s) const {
+      return std::hash<uint64_t>()((uint64_t{s.mode} << 32 | s.uid) * 31 +
+                                   (uint64_t{s.gid} << 32 | s.nlink));
+    }
+  };
+
+  static constexpr uint32_t kNoShape = UINT32_MAX;
+
   struct Record {
     const char* path;  // NUL-terminated, in arena_
     FileVersion seen;
     int64_t seen_at_ns = 0;
+    uint32_t shape = kNoShape;  // index in shapes_
   };
+
+  uint32_t shape_of(const struct stat& st) REQUIRES(mu_);
 
   static constexpr FileId kEmpty = UINT32_MAX;
   static constexpr size_t kChunkBytes = size_t{1} << 20;
@@ -70,6 +97,8 @@ class FileRegistry {
   std::vector<std::unique_ptr<char[]>> arena_ GUARDED_BY(mu_);
   size_t chunk_used_ GUARDED_BY(mu_) = kChunkBytes;  // bytes used in arena_.back()
   std::vector<FileId> index_ GUARDED_BY(mu_);        // size a power of two; kEmpty if free
+  std::vector<Shape> shapes_ GUARDED_BY(mu_);
+  std::unordered_map<Shape, uint32_t, ShapeHash> shape_ids_ GUARDED_BY(mu_);
 };
 
 }  // namespace epochfs::prefetch

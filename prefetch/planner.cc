@@ -550,6 +550,13 @@ void Planner::copy_finished(int64_t latency_ns, uint64_t bytes) {
   wake_.notify_one();
 }
 
+void Planner::replan() {
+  MutexLock lock(mu_);
+  schedule_.replan();
+  dirty_ = true;
+  wake_.notify_one();
+}
+
 void Planner::reject_entry(size_t stream, const std::string& path, const std::string& why) {
   uint64_t n;
   {

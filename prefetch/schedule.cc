@@ -358,6 +358,12 @@ std::optional<FileId> Schedule::next_to_stage(size_t stream, uint64_t ahead) {
   return std::nullopt;
 }
 
+void Schedule::replan() {
+  for (Stream& s : streams_) {
+    s.plan = std::min(s.plan, s.head);
+  }
+}
+
 Schedule::StreamView Schedule::view(size_t stream) const {
   const Stream& s = streams_[stream];
   StreamView v;

@@ -87,6 +87,9 @@ class Schedule {
   // The next entry of stream ahead of the planner's position, if it lies less than `ahead`
   // entries past the head; advances the planner's position. Consumed entries are skipped.
   std::optional<FileId> next_to_stage(size_t stream, uint64_t ahead);
+  // Moves every stream's planner position back to its head: the entries handed out since may
+  // not have been staged (their copies failed while the source was down).
+  void replan();
 
   struct StreamView {
     std::string id;

@@ -127,6 +127,28 @@ std::string stream_line(const StatsDoc& doc, const std::string& id, bool termina
   return buf;
 }
 
+// A line while the source is not well (slow or down); nothing when it is.
+std::optional<std::string> source_line(const StatsDoc& doc) {
+  auto state = doc.values.find("source_health.state");
+  if (state == doc.values.end() || state->second == "ok") {
+    return std::nullopt;
+  }
+  const time_t since = static_cast<time_t>(num(doc, "source_health.since"));
+  char when[32];
+  struct tm tm_since;
+  strftime(when, sizeof(when), "%H:%M:%S", localtime_r(&since, &tm_since));
+  char buf[512];
+  snprintf(buf, sizeof(buf),
+           "source %s since %s (%s)  answered from the cache %.0f  waited %.0f  failed %.0f",
+           state->second.c_str(), when,
+           doc.values.count("source_health.last_error")
+               ? doc.values.at("source_health.last_error").c_str()
+               : "",
+           num(doc, "source_health.outage_answers"), num(doc, "source_health.outage_waits"),
+           num(doc, "source_health.outage_failures"));
+  return std::string(buf);
+}
+
 void draw(const std::string& mountpoint, const StatsDoc& doc, const Rates& r, bool terminal) {
   char when[32];
   const time_t now = time(nullptr);
@@ -140,6 +162,9 @@ void draw(const std::string& mountpoint, const StatsDoc& doc, const Rates& r, bo
   const std::string prefix = terminal ? "" : std::string(when) + " ";
   printf("%s%s\n%s%s\n", prefix.c_str(), cache_line(doc).c_str(), prefix.c_str(),
          reads_line(doc, r).c_str());
+  if (auto health = source_line(doc)) {
+    printf("%s%s\n", prefix.c_str(), health->c_str());
+  }
   const auto ids = stream_ids(doc);
   if (ids.empty()) {
     printf("%sno order published: a read-through cache (LRU)\n", prefix.c_str());

@@ -51,6 +51,27 @@ void add_job_options(CLI::App* cmd, epochfs::prefetch::JobLimits& limits) {
       ->check(CLI::Range(1.0, 1e9));
 }
 
+// When the shared storage stops answering (prefetch/source_guard.h, docs/semantics.md).
+void add_outage_options(CLI::App* cmd, epochfs::prefetch::EngineOptions& engine) {
+  cmd->add_option("--source-timeout", engine.source.timeout_s,
+                  "Seconds a call into the source may take before the source counts as down "
+                  "(cached files are then served from the cache)")
+      ->default_val(engine.source.timeout_s)
+      ->check(CLI::Range(0.05, 3600.0));
+  cmd->add_option("--outage-wait", engine.source.outage_wait_s,
+                  "Seconds a read of an uncached file waits for a source that is down before "
+                  "it fails with EIO")
+      ->default_val(engine.source.outage_wait_s)
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--outage", engine.serve_cached_in_outage,
+                  "serve: while the source is down, files cached at the version last checked "
+                  "are served (always so with --immutable); fail: they fail like the others")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, bool>{{"serve", true}, {"fail", false}}, CLI::ignore_case))
+      ->option_text("serve|fail")
+      ->default_str("serve");
+}
+
 void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
   o.cache.root = "/var/cache/epochfs";
   cmd->add_option("--cache-dir", o.cache.root,
@@ -175,6 +196,7 @@ CLI::App* add_mount_command(CLI::App& app, MountOptions& o, std::string& log_lev
               {"no-open", epochfs::fusefs::DataPath::kNoOpen}},
           CLI::ignore_case))
       ->option_text("auto|classic|passthrough|no-open");
+  add_outage_options(cmd, o.engine);
   cmd->add_option("--metrics-file", o.metrics_file,
                   "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");
   cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")

@@ -6,6 +6,7 @@
 // after every mount inside it is gone.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -108,6 +109,15 @@ class FaultFs {
   // The counters as JSON: {"injected": N, "paths": {"/f0": {"opens": .., "reads": .., "bytes":
   // ..}}}.
   std::string stats() const;
+
+  // Stops and continues the daemon: meanwhile its mount hangs, as a hard-mounted NFS whose
+  // server is down does.
+  void pause() { daemon_.pause(); }
+
+  void resume() { daemon_.resume(); }
+
+  // Kills the daemon: its mount answers ENOTCONN from then on, as a dead network client's.
+  void kill_daemon() const { ::kill(daemon_.pid(), SIGKILL); }
 
  private:
   std::string mountpoint_;

@@ -45,11 +45,42 @@ TEST_CASE("observed versions are trusted only since the given time", "[registry]
   FileRegistry r;
   const FileId id = r.id_of("f");
   CHECK_FALSE(r.observed_since(id, 0).has_value());
-  FileVersion v;
-  v.size = 10;
-  r.observe(id, v, 100);
-  CHECK(r.observed_since(id, 100) == v);
+  struct stat st = {};
+  st.st_mode = S_IFREG | 0644;
+  st.st_size = 10;
+  r.observe(id, st, 100);
+  CHECK(r.observed_since(id, 100) == FileVersion::of(st));
   CHECK_FALSE(r.observed_since(id, 101).has_value());
+}
+
+TEST_CASE("the last observed attributes are kept, however old", "[registry]") {
+  FileRegistry r;
+  const FileId a = r.id_of("a");
+  const FileId b = r.id_of("b");
+  CHECK_FALSE(r.last_observed(a).has_value());
+  struct stat st = {};
+  st.st_mode = S_IFREG | 0640;
+  st.st_uid = 1000;
+  st.st_gid = 100;
+  st.st_nlink = 1;
+  st.st_size = 123;
+  st.st_ino = 77;
+  st.st_mtim = {1700000000, 5};
+  st.st_ctim = {1700000001, 6};
+  r.observe(a, st, 100);
+  st.st_size = 456;  // same shape: shared, not stored twice
+  r.observe(b, st, 100);
+  auto got = r.last_observed(a);
+  REQUIRE(got.has_value());
+  CHECK(got->st_mode == (S_IFREG | 0640));
+  CHECK(got->st_uid == 1000);
+  CHECK(got->st_gid == 100);
+  CHECK(got->st_size == 123);
+  CHECK(got->st_ino == 77);
+  CHECK(got->st_mtim.tv_sec == 1700000000);
+  CHECK(got->st_mtim.tv_nsec == 5);
+  CHECK(got->st_ctim.tv_nsec == 6);
+  CHECK(r.last_observed(b)->st_size == 456);
 }
 
 }  // namespace epochfs::prefetch

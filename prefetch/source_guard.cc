@@ -1,0 +1,380 @@
+#include "prefetch/source_guard.h"
+
+#include <errno.h>
+#include <time.h>
+
+#include <algorithm>
+#include <deque>
+#include <new>
+
+#include "cachestore/log.h"
+
+namespace epochfs::prefetch {
+
+using cachestore::LogLevel;
+using cachestore::MutexLock;
+using cachestore::now_ns;
+using cachestore::Status;
+
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+// A waiting caller looks at its Cancel at least this often (a wake may be missed only by a
+// Cancel set between its check and its wait).
+constexpr auto kCancelPoll = std::chrono::milliseconds(100);
+
+thread_local const Cancel* t_cancel = nullptr;
+
+bool cancelled_now() { return t_cancel != nullptr && t_cancel->cancelled(); }
+
+int64_t seconds_to_ns(double s) { return static_cast<int64_t>(s * 1e9); }
+
+}  // namespace
+
+const char* to_string(SourceState state) {
+  switch (state) {
+    case SourceState::kOk:
+      return "ok";
+    case SourceState::kSlow:
+      return "slow";
+    case SourceState::kDown:
+      return "down";
+  }
+  return "?";
+}
+
+bool is_outage_error(int err) {
+  switch (err) {
+    case ENOTCONN:  // a FUSE source whose daemon died; a dead NFS transport
+    case ETIMEDOUT:
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case ENETRESET:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ESHUTDOWN:
+    case ENOLINK:
+    case ECOMM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool answer_instead(int err) { return err == EIO || is_outage_error(err); }
+
+Cancel::Scope::Scope(const Cancel* cancel) : outer_(t_cancel) { t_cancel = cancel; }
+
+Cancel::Scope::~Scope() { t_cancel = outer_; }
+
+const Cancel* Cancel::current() { return t_cancel; }
+
+// One call handed to a calling thread.
+struct SourceGuard::Job {
+  std::function<Status()> work;
+  // Under Shared::mu.
+  bool started = false;
+  bool done = false;
+  bool abandoned = false;  // its caller left: skip it if it has not started
+  Status result;
+};
+
+// What the calling threads share with the guard. Owned jointly, so that a thread stuck in a
+// hung source may outlive the guard (it is detached then) and still finish safely.
+struct SourceGuard::Shared {
+  cachestore::Mutex mu;
+  cachestore::CondVar work_cv{&mu};  // a job was queued, or stopping
+  cachestore::CondVar changed{&mu};  // a job ended, the state changed, or a Cancel was set
+  std::deque<std::shared_ptr<Job>> queue GUARDED_BY(mu);
+  bool stopping GUARDED_BY(mu) = false;
+  unsigned idle GUARDED_BY(mu) = 0;
+  std::vector<std::thread> threads GUARDED_BY(mu);
+  std::vector<std::shared_ptr<std::atomic<bool>>> busy GUARDED_BY(mu);  // one per thread
+
+  void serve(std::atomic<bool>* busy_flag);
+};
+
+void SourceGuard::Shared::serve(std::atomic<bool>* busy_flag) {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      MutexLock lock(mu);
+      while (!stopping && queue.empty()) {
+        work_cv.wait();
+      }
+      if (stopping) {
+        return;
+      }
+      job = std::move(queue.front());
+      queue.pop_front();
+      if (job->abandoned) {
+        continue;
+      }
+      --idle;
+      job->started = true;
+      busy_flag->store(true);
+    }
+    Status result;
+    try {
+      result = job->work();
+    } catch (const std::bad_alloc&) {
+      result = Status::error(ENOMEM, "a call into the source");
+    }
+    MutexLock lock(mu);
+    busy_flag->store(false);
+    ++idle;
+    job->done = true;
+    job->result = std::move(result);
+    changed.notify_all();
+  }
+}
+
+SourceGuard::SourceGuard(const cachestore::RootDir& source, SourceGuardOptions options)
+    : source_(source), options_(options) {}
+
+SourceGuard::~SourceGuard() {
+  if (!shared_) {
+    return;
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<std::atomic<bool>>> busy;
+  {
+    MutexLock lock(shared_->mu);
+    shared_->stopping = true;
+    shared_->work_cv.notify_all();
+    shared_->changed.notify_all();
+    threads.swap(shared_->threads);
+    busy = shared_->busy;
+  }
+  prober_.join();
+  for (size_t i = 0; i < threads.size(); ++i) {
+    // A thread in a call may be stuck in a hung source for good: it owns what it touches.
+    if (busy[i]->load()) {
+      threads[i].detach();
+    } else {
+      threads[i].join();
+    }
+  }
+}
+
+void SourceGuard::start(OnRecovery on_recovery) {
+  if (shared_) {
+    return;
+  }
+  on_recovery_ = std::move(on_recovery);
+  shared_ = std::make_shared<Shared>();
+  prober_ = std::thread([this] { probe_loop(); });
+}
+
+Status SourceGuard::run(const std::string& path, bool has_answer, std::function<Status()> work) {
+  const int64_t deadline = now_ns() + seconds_to_ns(options_.outage_wait_s);
+  bool waited = false;
+  for (;;) {
+    if (down()) {
+      if (has_answer) {
+        return Status::error(ETIMEDOUT, "the source is down: " + path);
+      }
+      waited = true;
+      if (!wait_until_up(deadline)) {
+        if (cancelled_now()) {
+          interrupted_.fetch_add(1, kRelaxed);
+          return Status::error(EINTR, path);
+        }
+        failed_.fetch_add(1, kRelaxed);
+        return Status::error(EIO, "the source did not come back within --outage-wait: " + path);
+      }
+      continue;
+    }
+    auto job = std::make_shared<Job>();
+    job->work = work;
+    bool cancelled = false;
+    auto result = attempt(job, &cancelled);
+    if (cancelled) {
+      interrupted_.fetch_add(1, kRelaxed);
+      return Status::error(EINTR, path);
+    }
+    if (!result) {
+      timed_out_.fetch_add(1, kRelaxed);
+      char why[96];
+      snprintf(why, sizeof why, "no answer within %g s", options_.timeout_s);
+      mark_down(why, path);
+      continue;
+    }
+    if (is_outage_error(result->error_code())) {
+      mark_down(result->to_string(), path);
+      if (has_answer) {
+        return *result;
+      }
+      continue;
+    }
+    if (waited) {
+      waited_.fetch_add(1, kRelaxed);
+    }
+    return *result;
+  }
+}
+
+std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool* cancelled) {
+  if (!shared_) {
+    return job->work();  // not started (no fork yet, or a test without threads)
+  }
+  const int64_t start = now_ns();
+  const int64_t deadline = start + seconds_to_ns(options_.timeout_s);
+  MutexLock lock(shared_->mu);
+  shared_->queue.push_back(job);
+  if (shared_->idle < shared_->queue.size() && shared_->threads.size() < options_.threads) {
+    auto busy = std::make_shared<std::atomic<bool>>(false);
+    shared_->threads.emplace_back([shared = shared_, busy] { shared->serve(busy.get()); });
+    shared_->busy.push_back(std::move(busy));
+    ++shared_->idle;
+  }
+  shared_->work_cv.notify_one();
+  while (!job->done) {
+    const int64_t now = now_ns();
+    if (cancelled_now() || now >= deadline) {
+      *cancelled = cancelled_now();
+      job->abandoned = true;
+      return std::nullopt;
+    }
+    shared_->changed.wait_for(
+        std::min<std::chrono::nanoseconds>(kCancelPoll, std::chrono::nanoseconds(deadline - now)));
+  }
+  note_duration(now_ns() - start);
+  return job->result;
+}
+
+bool SourceGuard::wait_until_up(int64_t deadline_ns) {
+  if (!shared_) {
+    return false;
+  }
+  MutexLock lock(shared_->mu);
+  while (down() && !shared_->stopping) {
+    const int64_t now = now_ns();
+    if (cancelled_now() || now >= deadline_ns) {
+      return false;
+    }
+    shared_->changed.wait_for(std::min<std::chrono::nanoseconds>(
+        kCancelPoll, std::chrono::nanoseconds(deadline_ns - now)));
+  }
+  return !down();
+}
+
+void SourceGuard::wake() {
+  if (shared_) {
+    MutexLock lock(shared_->mu);
+    shared_->changed.notify_all();
+  }
+}
+
+void SourceGuard::note(const Status& status, const std::string& path) {
+  if (is_outage_error(status.error_code())) {
+    mark_down(status.to_string(), path);
+  }
+}
+
+void SourceGuard::note_duration(int64_t ns) {
+  const bool slow = ns > seconds_to_ns(options_.timeout_s / 5);
+  SourceState expected = slow ? SourceState::kOk : SourceState::kSlow;
+  if (state_.compare_exchange_strong(expected, slow ? SourceState::kSlow : SourceState::kOk)) {
+    MutexLock lock(mu_);
+    since_ns_ = now_ns();
+    since_wall_s_ = time(nullptr);
+  }
+}
+
+void SourceGuard::mark_down(const std::string& why, const std::string& path) {
+  {
+    MutexLock lock(mu_);
+    last_error_ = why;
+    probe_path_ = path;
+    if (state_.exchange(SourceState::kDown) == SourceState::kDown) {
+      return;
+    }
+    since_ns_ = now_ns();
+    since_wall_s_ = time(nullptr);
+    ++outages_;
+  }
+  cachestore::log(LogLevel::kWarning,
+                  "the source is down (%s): cached files are served from the cache, other "
+                  "reads wait for it up to %g s",
+                  why.c_str(), options_.outage_wait_s);
+}
+
+void SourceGuard::mark_up() {
+  double seconds;
+  {
+    MutexLock lock(mu_);
+    if (state_.load() != SourceState::kDown) {
+      return;
+    }
+    seconds = static_cast<double>(now_ns() - since_ns_) / 1e9;
+    since_ns_ = now_ns();
+    since_wall_s_ = time(nullptr);
+    state_.store(SourceState::kOk);
+  }
+  cachestore::log(LogLevel::kInfo,
+                  "the source answers again after %.1f s (answers from the cache %llu, calls "
+                  "that waited %llu, failed %llu, since the mount)",
+                  seconds, static_cast<unsigned long long>(served_known_.load(kRelaxed)),
+                  static_cast<unsigned long long>(waited_.load(kRelaxed)),
+                  static_cast<unsigned long long>(failed_.load(kRelaxed)));
+  if (on_recovery_) {
+    on_recovery_();
+  }
+  wake();
+}
+
+void SourceGuard::probe_loop() {
+  std::shared_ptr<Job> probe;
+  for (;;) {
+    bool probing;  // the last probe is still stuck in the source
+    {
+      // Every ended call wakes `changed`: sleep the whole period regardless.
+      const int64_t next = now_ns() + std::chrono::nanoseconds(kProbePeriod).count();
+      MutexLock lock(shared_->mu);
+      for (int64_t now = now_ns(); now < next && !shared_->stopping; now = now_ns()) {
+        shared_->changed.wait_for(std::chrono::nanoseconds(next - now));
+      }
+      if (shared_->stopping) {
+        return;
+      }
+      probing = probe && probe->started && !probe->done;
+    }
+    if (!down() || probing) {
+      continue;
+    }
+    std::string path;
+    {
+      MutexLock lock(mu_);
+      path = probe_path_;
+    }
+    probe = std::make_shared<Job>();
+    probe->work = [this, path] { return source_.stat_at(path).status(); };
+    bool cancelled = false;
+    auto result = attempt(probe, &cancelled);
+    if (result && !is_outage_error(result->error_code())) {
+      mark_up();
+    }
+  }
+}
+
+SourceHealth SourceGuard::health() const {
+  SourceHealth h;
+  h.state = state_.load();
+  h.served_known = served_known_.load(kRelaxed);
+  h.waited = waited_.load(kRelaxed);
+  h.failed = failed_.load(kRelaxed);
+  h.timed_out = timed_out_.load(kRelaxed);
+  h.interrupted = interrupted_.load(kRelaxed);
+  MutexLock lock(mu_);
+  h.since_ns = since_ns_;
+  h.since_wall_s = since_wall_s_;
+  h.outages = outages_;
+  h.last_error = last_error_;
+  return h;
+}
+
+}  // namespace epochfs::prefetch

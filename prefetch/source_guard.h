@@ -1,0 +1,200 @@
+// SourceGuard: calls into the shared storage that cannot hang the mount, and the storage's
+// health.
+//
+// Owner: the Engine. Shared storage blinks (a server reboots, a failover, a restarted client).
+// A FUSE worker that calls a hung source directly sleeps in the kernel until the source
+// returns, and the reader whose request it serves sleeps with it, unkillable. So every call a
+// FUSE worker makes into the source runs on this guard's threads, which the mount can afford
+// to lose: the caller waits at most a bound, and stops waiting when its reader is killed
+// (a Cancel, set by the FUSE layer's interrupt). A call that is not answered within
+// timeout_s, or that fails with a transport-level error (is_outage_error), marks the source
+// down.
+//
+// While the source is down, a caller that has an answer of its own (attributes last read, a
+// copy of the version last checked) is told so at once, without a call; the others wait for
+// the source to come back, at most outage_wait_s from their start, then fail with EIO. A
+// prober asks again, every kProbePeriod, the call that last failed (a stat of that path), and
+// marks the source up when it answers anything but an outage error.
+//
+// Copies call the source on the stager's threads directly: they are off every reader's path.
+//
+// Thread-safety: all methods may be called from any thread. Lock order: mu_ is a leaf lock.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "cachestore/root_dir.h"
+#include "cachestore/status.h"
+#include "cachestore/sync.h"
+
+namespace epochfs::prefetch {
+
+struct SourceGuardOptions {
+  // A call not answered within this marks the source down (--source-timeout). A call slower
+  // than a fifth of it makes the source "slow".
+  double timeout_s = 5;
+  // A caller with no answer of its own waits this long for the source, then fails with EIO
+  // (--outage-wait). The default lets a failover of a minute pass.
+  double outage_wait_s = 120;
+  // Threads that call the source. A hung source holds each call's thread until it returns;
+  // beyond these, calls queue, and their callers wait within their own bounds.
+  // Made as calls find none idle: as many as the FUSE workers, so that calls never queue
+  // behind each other while the source is well.
+  unsigned threads = 80;
+};
+
+enum class SourceState { kOk, kSlow, kDown };
+
+const char* to_string(SourceState state);
+
+// A snapshot of the source's health.
+struct SourceHealth {
+  SourceState state = SourceState::kOk;
+  int64_t since_ns = 0;       // when the state began (CLOCK_MONOTONIC); 0 for ok since the mount
+  int64_t since_wall_s = 0;   // the same, as a Unix time
+  uint64_t outages = 0;       // times the source went down
+  uint64_t served_known = 0;  // answers given from what the mount knows, without the source
+  uint64_t waited = 0;        // calls that waited for the source to come back, then ran
+  uint64_t failed = 0;        // calls that gave up on a source that did not come back
+  uint64_t timed_out = 0;     // calls not answered within the timeout
+  uint64_t interrupted = 0;   // callers whose reader was killed while they waited
+  std::string last_error;     // what made it go down last
+};
+
+// Transport-level errors: the storage, not the file, is in trouble.
+bool is_outage_error(int err);
+
+// Errors after which a caller with an answer of its own gives it: outages, and EIO (what a
+// soft-mounted NFS answers when its server does not).
+bool answer_instead(int err);
+
+// Whether the request a thread serves was interrupted (its reader was killed). The FUSE layer
+// keeps one per worker thread and names it for the thread with a Scope, so that no signature
+// between it and the guard has to carry it. One atomic word holds the request being served
+// and the cancel bit, so an interrupt that comes late, for a request already answered, cannot
+// cancel the next one.
+class Cancel {
+ public:
+  // A new request begins; token is its identity (an aligned pointer, unique while it lives).
+  void begin(const void* token) { state_.store(reinterpret_cast<uintptr_t>(token)); }
+
+  // Cancels the request token if it is still the one served. True if it was.
+  bool cancel(const void* token) {
+    auto expected = reinterpret_cast<uintptr_t>(token);
+    return state_.compare_exchange_strong(expected, expected | 1);
+  }
+
+  bool cancelled() const { return (state_.load() & 1) != 0; }
+
+  // While it lives, calls made on this thread stop waiting when cancel is set.
+  class Scope {
+   public:
+    explicit Scope(const Cancel* cancel);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    const Cancel* outer_;
+  };
+
+  // The Cancel of the request this thread serves, if any.
+  static const Cancel* current();
+
+ private:
+  std::atomic<uintptr_t> state_{0};
+};
+
+class SourceGuard {
+ public:
+  static constexpr auto kProbePeriod = std::chrono::milliseconds(500);
+  // Called when the source comes back (the engine replans its copies).
+  using OnRecovery = std::function<void()>;
+
+  SourceGuard(const cachestore::RootDir& source, SourceGuardOptions options);
+  ~SourceGuard();
+  SourceGuard(const SourceGuard&) = delete;
+  SourceGuard& operator=(const SourceGuard&) = delete;
+
+  // Starts the calling threads and the prober (after the daemon's fork). Before it, calls run
+  // on the caller's thread.
+  void start(OnRecovery on_recovery);
+
+  // Runs f (a call into the source about path) within the bounds above. has_answer: the
+  // caller has an answer of its own to give if the source is down; then an outage ends the
+  // call at once with an outage error (is_outage_error), and the caller gives that answer
+  // (count it with served_known()). It ends with EINTR if the thread's Cancel is set.
+  template <typename T>
+  cachestore::Result<T> call(const std::string& path, bool has_answer,
+                             std::function<cachestore::Result<T>()> f) {
+    auto slot = std::make_shared<std::optional<cachestore::Result<T>>>();
+    cachestore::Status st = run(path, has_answer, [slot, f = std::move(f)] {
+      *slot = f();
+      return slot->value().is_ok() ? cachestore::Status::ok() : slot->value().status();
+    });
+    if (!slot->has_value() || !st.is_ok()) {
+      return st;
+    }
+    return std::move(**slot);
+  }
+
+  // A copy (on the stager) met this error in the source: an outage error marks it down.
+  void note(const cachestore::Status& status, const std::string& path);
+
+  // A caller gave an answer of its own during an outage.
+  void served_known() { served_known_.fetch_add(1, std::memory_order_relaxed); }
+
+  bool down() const { return state_.load(std::memory_order_acquire) == SourceState::kDown; }
+
+  SourceHealth health() const;
+  // Wakes every waiting caller so that it looks at its Cancel again.
+  void wake();
+
+ private:
+  struct Job;
+  struct Shared;
+
+  // Runs work within the bounds; its status, or the outage's, or EINTR when cancelled. Whether
+  // work ran to its end is told by the returned status being work's own.
+  cachestore::Status run(const std::string& path, bool has_answer,
+                         std::function<cachestore::Status()> work);
+  // One attempt: work on a calling thread, waited for at most the timeout. nullopt if it was
+  // not answered in time (or cancelled: *cancelled is set).
+  std::optional<cachestore::Status> attempt(const std::shared_ptr<Job>& job, bool* cancelled);
+  // Waits until the source is up, the deadline passes, or the thread's Cancel is set. True if
+  // it is up.
+  bool wait_until_up(int64_t deadline_ns);
+  void mark_down(const std::string& why, const std::string& path);
+  void mark_up();
+  void note_duration(int64_t ns);
+  void probe_loop();
+
+  const cachestore::RootDir& source_;
+  const SourceGuardOptions options_;
+  std::shared_ptr<Shared> shared_;  // the queue and the threads' state; outlives stuck threads
+  std::thread prober_;
+  OnRecovery on_recovery_;
+
+  std::atomic<SourceState> state_{SourceState::kOk};
+  std::atomic<uint64_t> served_known_{0};
+  std::atomic<uint64_t> waited_{0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<uint64_t> timed_out_{0};
+  std::atomic<uint64_t> interrupted_{0};
+
+  mutable cachestore::Mutex mu_;  // the state's details; never waited on
+  int64_t since_ns_ GUARDED_BY(mu_) = 0;
+  int64_t since_wall_s_ GUARDED_BY(mu_) = 0;
+  uint64_t outages_ GUARDED_BY(mu_) = 0;
+  std::string last_error_ GUARDED_BY(mu_);
+  std::string probe_path_ GUARDED_BY(mu_);  // the path whose call failed last
+};
+
+}  // namespace epochfs::prefetch

@@ -1,0 +1,140 @@
+#include "prefetch/source_guard.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+namespace epochfs::prefetch {
+namespace {
+
+using cachestore::Result;
+using cachestore::Status;
+using std::chrono::milliseconds;
+
+// A scratch directory as the source root (what the prober stats).
+struct Root {
+  Root() {
+    char tmpl[] = "/tmp/epochfs-guard-XXXXXX";
+    path = mkdtemp(tmpl);
+    root.emplace(std::move(cachestore::RootDir::open(path).value()));
+  }
+
+  ~Root() { rmdir(path.c_str()); }
+
+  std::string path;
+  std::optional<cachestore::RootDir> root;
+};
+
+// A call into a source that hangs until released.
+struct Hang {
+  std::promise<void> released;
+  std::shared_future<void> gate = released.get_future().share();
+
+  std::function<Result<int>()> call() {
+    return [gate = gate]() -> Result<int> {
+      gate.wait();
+      return 1;
+    };
+  }
+};
+
+void wait_until(const std::function<bool()>& done) {
+  for (int i = 0; i < 100 && !done(); ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  REQUIRE(done());
+}
+
+}  // namespace
+
+TEST_CASE("an unanswered call marks the source down; the prober brings it back", "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{0.1, 5, 4});
+  std::atomic<int> recoveries{0};
+  guard.start([&] { ++recoveries; });
+  Hang hang;
+  // A caller with an answer of its own is told of the outage once the timeout passes.
+  auto first = guard.call<int>("", true, hang.call());
+  CHECK(is_outage_error(first.error_code()));
+  CHECK(guard.down());
+  CHECK(guard.health().timed_out == 1);
+  CHECK(guard.health().outages == 1);
+  // While it is down, such a caller is told at once: its call never runs.
+  std::atomic<int> ran{0};
+  auto second = guard.call<int>("", true, [&]() -> Result<int> {
+    ++ran;
+    return 2;
+  });
+  CHECK(is_outage_error(second.error_code()));
+  CHECK(ran == 0);
+  // The probe (a stat of the root) answers: the source is up again, the planner told.
+  hang.released.set_value();
+  wait_until([&] { return !guard.down(); });
+  CHECK(recoveries == 1);
+  CHECK(guard.call<int>("", true, [] { return Result<int>(3); }).value() == 3);
+}
+
+TEST_CASE("a caller with no answer of its own waits for the source, then fails with EIO",
+          "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{1, 0.3, 4});
+  guard.start({});
+  // The path the prober asks again is missing for good: ENOENT is an answer, so the source
+  // would be up again; a transport error stays an outage.
+  std::atomic<int> ran{0};
+  auto result = guard.call<int>("", false, [&]() -> Result<int> {
+    ++ran;
+    return Status::error(ENOTCONN, "stat");
+  });
+  CHECK(result.error_code() == EIO);
+  CHECK(ran >= 1);
+  const auto h = guard.health();
+  CHECK(h.failed + h.waited >= 1);
+}
+
+TEST_CASE("an error that names the file is not an outage", "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{1, 5, 4});
+  guard.start({});
+  auto result = guard.call<int>("", false, [] { return Result<int>(Status::error(EIO, "read")); });
+  CHECK(result.error_code() == EIO);
+  CHECK_FALSE(guard.down());
+  CHECK(answer_instead(EIO));
+  CHECK_FALSE(is_outage_error(ENOENT));
+}
+
+TEST_CASE("a cancelled caller stops waiting, and a late cancel hits no other request",
+          "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{30, 30, 4});
+  guard.start({});
+  Cancel cancel;
+  int request_a = 0;
+  int request_b = 0;
+  cancel.begin(&request_a);
+  Cancel::Scope scope(&cancel);
+  Hang hang;
+  auto canceller = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    CHECK(cancel.cancel(&request_a));
+    guard.wake();
+  });
+  auto result = guard.call<int>("", false, hang.call());
+  canceller.get();
+  CHECK(result.error_code() == EINTR);
+  CHECK(guard.health().interrupted == 1);
+  cancel.begin(&request_b);
+  CHECK_FALSE(cancel.cancel(&request_a));  // an interrupt for the request already answered
+  CHECK_FALSE(cancel.cancelled());
+  hang.released.set_value();
+}
+
+}  // namespace epochfs::prefetch
