@@ -51,8 +51,42 @@ Result<RootDir> RootDir::open(const std::string& path) {
   return RootDir(path, UniqueFd(fd));
 }
 
+RootDir::RootDir(std::string path, UniqueFd fd) : path_(std::move(path)), fds_(new Fds) {
+  fds_->current.store(fd.get());
+
+  struct stat st {};
+
+  ::fstat(fd.get(), &st);
+  fds_->first_dev = st.st_dev;
+  fds_->current_dev.store(st.st_dev);
+  MutexLock lock(fds_->mu);
+  fds_->all.push_back(std::move(fd));
+}
+
+bool RootDir::reopen() const {
+  if (reopens() >= kMaxReopens) {
+    return false;
+  }
+  // Outside the lock: the path may lead into a hung mount.
+  UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct stat st;
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    return false;  // still the dead mount, or nothing there yet
+  }
+  MutexLock lock(fds_->mu);
+  fds_->current_dev.store(st.st_dev);
+  fds_->current.store(fd.get(), std::memory_order_release);
+  fds_->all.push_back(std::move(fd));
+  return true;
+}
+
+unsigned RootDir::reopens() const {
+  MutexLock lock(fds_->mu);
+  return static_cast<unsigned>(fds_->all.size() - 1);
+}
+
 Result<UniqueFd> RootDir::open_at(const std::string& rel, int flags) const {
-  const int fd = sys_openat2(fd_.get(), relative_or_dot(rel), flags);
+  const int fd = sys_openat2(root_fd(), relative_or_dot(rel), flags);
   if (fd < 0) {
     return Status::error(errno, "open " + rel);
   }
@@ -68,7 +102,22 @@ Result<struct stat> RootDir::stat_at(const std::string& rel) const {
   if (!fd.is_ok()) {
     return fd.status();
   }
-  return fstat_fd(fd.value().get(), rel);
+  return stat_fd(fd.value().get(), rel);
+}
+
+Result<struct stat> RootDir::stat_fd(int fd, const std::string& context) const {
+  auto st = fstat_fd(fd, context);
+  if (st.is_ok()) {
+    normalize(st.value());
+  }
+  return st;
+}
+
+void RootDir::normalize(struct stat& st) const {
+  const dev_t current = fds_->current_dev.load();
+  if (st.st_dev == current && current != fds_->first_dev) {
+    st.st_dev = fds_->first_dev;
+  }
 }
 
 Result<std::string> RootDir::readlink_at(const std::string& rel) const {
@@ -87,7 +136,7 @@ Result<std::string> RootDir::readlink_at(const std::string& rel) const {
 
 Result<struct statvfs> RootDir::statfs() const {
   struct statvfs st;
-  if (::fstatvfs(fd_.get(), &st) != 0) {
+  if (::fstatvfs(root_fd(), &st) != 0) {
     return Status::error(errno, "statvfs " + path_);
   }
   return st;
@@ -96,7 +145,7 @@ Result<struct statvfs> RootDir::statfs() const {
 Result<long> RootDir::fs_type() const {
   struct statfs st {};
 
-  if (::fstatfs(fd_.get(), &st) != 0) {
+  if (::fstatfs(root_fd(), &st) != 0) {
     return Status::error(errno, "statfs " + path_);
   }
   return static_cast<long>(st.f_type);

@@ -6,20 +6,26 @@
 // in /proc. Symlinks are objects we stat and readlink, never follow: the kernel resolves them
 // on the client's side of the mount, where the target names a path in the mount itself.
 //
-// Holds one fd (the root) for its lifetime; every other fd it opens is returned to the caller,
-// so the number of open fds never grows with the number of files (the open-files limit is a
-// hard 20,000 on our machines).
+// Holds one fd (the root) for its lifetime, plus one more each time the source is mounted
+// again underneath it (reopen); every other fd it opens is returned to the caller, so the
+// number of open fds never grows with the number of files (the open-files limit is a hard
+// 20,000 on our machines).
 //
-// Thread-safety: all methods are const and safe to call concurrently.
+// Thread-safety: all methods are const and safe to call concurrently. The root in use is an
+// atomic fd; a replaced one stays open until the RootDir goes, since a call may be using it.
 #pragma once
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cachestore/status.h"
+#include "cachestore/sync.h"
 #include "cachestore/unique_fd.h"
 
 namespace epochfs::cachestore {
@@ -39,8 +45,13 @@ class RootDir {
   // A path that would leave the root or cross a symlink fails with EXDEV or ELOOP.
   Result<UniqueFd> open_at(const std::string& rel, int flags) const;
 
-  // lstat(2) of rel: a symlink is described, not followed.
+  // lstat(2) of rel: a symlink is described, not followed. st_dev is normalized (below).
   Result<struct stat> stat_at(const std::string& rel) const;
+  // fstat(2) of fd, a file opened through this root, with st_dev normalized: after a reopen,
+  // the new mount's device number reads as the first one's, so that a file unchanged across
+  // the remount (same inode number, size and times: an NFS client mounted again) keeps its
+  // version, and its cached copy.
+  Result<struct stat> stat_fd(int fd, const std::string& context) const;
 
   Result<std::string> readlink_at(const std::string& rel) const;
 
@@ -59,13 +70,34 @@ class RootDir {
 
   const std::string& path() const { return path_; }
 
- private:
-  RootDir(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  // Opens the root again by its path, for a source mounted again where it was (a network
+  // filesystem's client restarted, its old connection dead): if the path now leads to a
+  // directory that answers, it becomes the root and reopen returns true. Bounded: after
+  // kMaxReopens, false.
+  bool reopen() const;
+  // Times the root was opened again.
+  unsigned reopens() const;
 
+  static constexpr unsigned kMaxReopens = 64;
+
+ private:
+  struct Fds {
+    std::atomic<int> current{-1};
+    dev_t first_dev = 0;                // the root's device at open
+    std::atomic<dev_t> current_dev{0};  // the current root's
+    Mutex mu;
+    std::vector<UniqueFd> all GUARDED_BY(mu);  // every root opened, the current one last
+  };
+
+  RootDir(std::string path, UniqueFd fd);
+
+  int root_fd() const { return fds_->current.load(std::memory_order_acquire); }
+
+  void normalize(struct stat& st) const;
   Result<UniqueFd> open_path_only(const std::string& rel) const;
 
   std::string path_;
-  UniqueFd fd_;
+  std::unique_ptr<Fds> fds_;  // behind a pointer: a RootDir moves
 };
 
 // fstat(2) wrapped.

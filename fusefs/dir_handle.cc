@@ -1,56 +1,76 @@
 #include "fusefs/dir_handle.h"
 
+#include <dirent.h>
 #include <errno.h>
-
-#include <new>
+#include <fcntl.h>
 
 namespace epochfs::fusefs {
 
 using cachestore::Result;
 using cachestore::Status;
 
-Result<std::unique_ptr<DirHandle>> DirHandle::create(cachestore::UniqueFd fd, std::string path) {
-  DIR* dir = ::fdopendir(fd.get());
-  if (dir == nullptr) {
-    return Status::error(errno, "opendir " + path);
+namespace {
+
+struct DirCloser {
+  void operator()(DIR* dir) const { ::closedir(dir); }
+};
+
+}  // namespace
+
+Result<Listing> Listing::read(const cachestore::RootDir& source, const std::string& rel) {
+  auto fd = source.open_at(rel, O_RDONLY | O_DIRECTORY);
+  if (!fd.is_ok()) {
+    return fd.status();
   }
-  fd.release();  // the DIR* owns it now
-  std::unique_ptr<DirHandle> handle(new (std::nothrow) DirHandle(dir, std::move(path)));
-  if (!handle) {
-    ::closedir(dir);
-    return Status::error(ENOMEM, "opendir");
+  std::unique_ptr<DIR, DirCloser> dir(::fdopendir(fd.value().get()));
+  if (!dir) {
+    return Status::error(errno, "opendir " + rel);
   }
-  return handle;
+  fd.value().release();  // the DIR* owns it now
+  Listing listing;
+  for (;;) {
+    errno = 0;
+    // readdir is safe on a stream no other thread uses (glibc); the check cannot tell.
+    struct dirent* d = ::readdir(dir.get());  // NOLINT(concurrency-mt-unsafe)
+    if (d == nullptr) {
+      if (errno != 0) {
+        return Status::error(errno, "readdir " + rel);
+      }
+      return listing;
+    }
+    listing.entries_.push_back(Entry{listing.names_.size(), d->d_ino, d->d_type});
+    listing.names_.append(d->d_name);
+    listing.names_.push_back('\0');
+  }
 }
 
-DirHandle::~DirHandle() { ::closedir(dir_); }
+DirEntry Listing::at(size_t i) const {
+  const Entry& e = entries_[i];
+  return DirEntry{names_.data() + e.name, e.ino, e.type, static_cast<off_t>(i + 1)};
+}
 
-void DirHandle::seek(off_t offset) {
-  if (offset == offset_) {
+std::optional<DirEntry> DirHandle::next() {
+  if (position_ >= listing_->size()) {
+    return std::nullopt;
+  }
+  return listing_->at(position_++);
+}
+
+void Listings::keep(const std::string& path, std::shared_ptr<const Listing> listing) {
+  cachestore::MutexLock lock(mu_);
+  auto it = by_path_.find(path);
+  const size_t old = it == by_path_.end() ? 0 : it->second->size();
+  if (entries_ - old + listing->size() > kMaxEntries) {
     return;
   }
-  if (offset == 0) {
-    ::rewinddir(dir_);
-  } else {
-    ::seekdir(dir_, offset);
-  }
-  offset_ = offset;
+  entries_ = entries_ - old + listing->size();
+  by_path_[path] = std::move(listing);
 }
 
-off_t DirHandle::tell() const { return offset_; }
-
-Result<std::optional<DirEntry>> DirHandle::next() {
-  errno = 0;
-  // readdir is safe on a stream no other thread uses (glibc); the check cannot tell.
-  struct dirent* d = ::readdir(dir_);  // NOLINT(concurrency-mt-unsafe)
-  if (d == nullptr) {
-    if (errno != 0) {
-      return Status::error(errno, "readdir " + path_);
-    }
-    return std::optional<DirEntry>();
-  }
-  offset_ = d->d_off;
-  return std::optional<DirEntry>(DirEntry{d->d_name, d->d_ino, d->d_type, d->d_off});
+std::shared_ptr<const Listing> Listings::find(const std::string& path) const {
+  cachestore::MutexLock lock(mu_);
+  auto it = by_path_.find(path);
+  return it == by_path_.end() ? nullptr : it->second;
 }
 
 }  // namespace epochfs::fusefs

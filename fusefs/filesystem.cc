@@ -94,7 +94,7 @@ Result<std::string> Filesystem::path_of(InodeId id) const {
   return std::move(*path);
 }
 
-Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
+Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool may_wait) {
   if (auto control = control_lookup(parent, name)) {
     return control_entry(*control);
   }
@@ -112,7 +112,7 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name) {
   if (auto fresh = engine_.fresh_attributes(path)) {
     return Entry{inodes_.add_reference(*fresh, path, names_of(engine_, source_, *fresh)), *fresh};
   }
-  auto st = engine_.source_attributes(path);
+  auto st = engine_.source_attributes(path, may_wait);
   if (!st.is_ok()) {
     return st.status();
   }
@@ -175,17 +175,38 @@ Result<DirHandle*> Filesystem::opendir(InodeId id) {
   if (!path.is_ok()) {
     return path.status();
   }
-  auto fd = guarded<cachestore::UniqueFd>(path.value(), [this, p = path.value()] {
-    return source_.open_at(p, O_RDONLY | O_DIRECTORY);
-  });
-  if (!fd.is_ok()) {
-    return stale_if_gone(fd.status());
+  auto listing = listing_of(path.value());
+  if (!listing.is_ok()) {
+    return stale_if_gone(listing.status());
   }
-  auto dir = DirHandle::create(std::move(fd).value(), std::move(path).value());
-  if (!dir.is_ok()) {
-    return dir.status();
+  auto dir = std::unique_ptr<DirHandle>(
+      new (std::nothrow) DirHandle(std::move(listing).value(), std::move(path).value()));
+  if (!dir) {
+    return Status::error(ENOMEM, "opendir");
   }
-  return dirs_.add(std::move(dir).value());
+  return dirs_.add(std::move(dir));
+}
+
+Result<std::shared_ptr<const Listing>> Filesystem::listing_of(const std::string& path) {
+  // An immutable dataset's listing never changes: the one read first is served from then on,
+  // during an outage too.
+  if (options_.immutable) {
+    if (auto known = listings_.find(path)) {
+      return known;
+    }
+  }
+  auto listing = guarded<std::shared_ptr<const Listing>>(
+      path, [this, path]() -> Result<std::shared_ptr<const Listing>> {
+        auto read = Listing::read(source_, path);
+        if (!read.is_ok()) {
+          return read.status();
+        }
+        return std::make_shared<const Listing>(std::move(read).value());
+      });
+  if (listing.is_ok() && options_.immutable) {
+    listings_.keep(path, listing.value());
+  }
+  return listing;
 }
 
 void Filesystem::releasedir(DirHandle* dir) {

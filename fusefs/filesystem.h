@@ -112,7 +112,9 @@ class Filesystem {
   void start() { engine_.start(); }
 
   // Looks name up in parent; on success the kernel holds one more reference to the result.
-  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name);
+  // may_wait false: while the source is down, an outage error at once instead of waiting for
+  // it (a listing's entries: the listing can do without their attributes).
+  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name, bool may_wait = true);
   void forget(InodeId id, uint64_t n);
   // A batch of forgets is done: when the kernel has let go of most of what it held, returns
   // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).
@@ -203,6 +205,8 @@ class Filesystem {
 
  private:
   cachestore::Result<std::string> path_of(InodeId id) const;
+  // The listing of directory path: read through the guard, or with --immutable the one kept.
+  cachestore::Result<std::shared_ptr<const Listing>> listing_of(const std::string& path);
 
   // f, a call into the source about path, through the engine's guard (no answer of our own).
   template <typename T>
@@ -242,6 +246,7 @@ class Filesystem {
   InodeTable inodes_;
   HandleTable<FileHandle> files_;
   HandleTable<DirHandle> dirs_;
+  Listings listings_;  // with --immutable only
   std::atomic<InodeId> next_upload_id_{kUploadIdBase};
   std::atomic<InodeId> next_snapshot_id_{kSnapshotIdBase};
   cachestore::Mutex snapshots_mu_;

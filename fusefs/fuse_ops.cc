@@ -203,11 +203,18 @@ ssize_t add_plus_entry(fuse_req_t req, fuse_ino_t dir, const DirEntry& d, char* 
     e.attr.st_ino = d.ino;
     e.attr.st_mode = static_cast<mode_t>(d.type) << 12;
   } else {
-    auto entry = fs.lookup(dir, d.name);
-    if (!entry.is_ok()) {
+    auto entry = fs.lookup(dir, d.name, false);
+    if (prefetch::is_outage_error(entry.error_code())) {
+      // The source is down and nothing is known of this entry: listed without a node (as .
+      // and ..); a later lookup of it waits for the source.
+      memset(&e, 0, sizeof(e));
+      e.attr.st_ino = d.ino;
+      e.attr.st_mode = static_cast<mode_t>(d.type) << 12;
+    } else if (!entry.is_ok()) {
       return 0;
+    } else {
+      e = make_entry(fs, entry.value().id, entry.value().attr);
     }
-    e = make_entry(fs, entry.value().id, entry.value().attr);
   }
   return static_cast<ssize_t>(fuse_add_direntry_plus(req, buf, room, d.name, &e, d.next_offset));
 }
@@ -250,19 +257,15 @@ void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
   while (true) {
     const off_t here = dir.tell();
     auto next = dir.next();
-    if (!next.is_ok() && used == 0) {
-      reply_status(req, next.status());
-      return;
-    }
-    if (!next.is_ok() || !next.value()) {
+    if (!next) {
       break;
     }
-    if (ino == kRootInodeId && strcmp(next.value()->name, kControlDirName) == 0) {
+    if (ino == kRootInodeId && strcmp(next->name, kControlDirName) == 0) {
       continue;  // shadowed by the control directory, which listings do not show
     }
     char* at = buf.data() + used;
-    const ssize_t n = plus ? add_plus_entry(req, ino, *next.value(), at, size - used)
-                           : add_plain_entry(req, *next.value(), at, size - used);
+    const ssize_t n = plus ? add_plus_entry(req, ino, *next, at, size - used)
+                           : add_plain_entry(req, *next, at, size - used);
     if (n == kNoRoom) {
       dir.seek(here);  // the next call starts with this entry
       break;

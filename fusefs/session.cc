@@ -86,8 +86,10 @@ struct SessionDeleter {
   void operator()(fuse_session* se) const { fuse_session_destroy(se); }
 };
 
-int serve(fuse_session* se, const MountOptions& o) {
-  const int rc = serve_requests(se, o.threads);
+int serve(fuse_session* se, const MountOptions& o, Filesystem& fs) {
+  // Requests still being served when the connection ends are finished first: none may wait
+  // for a source that is down any longer.
+  const int rc = serve_requests(se, o.threads, [&fs] { fs.source_guard().stop_waiting(); });
   // ECONNABORTED means the kernel ended the connection (seen now and then right after a plain
   // unmount on 6.x kernels, and after an abort through fusectl): the mount is gone either way,
   // so the daemon cleans up and exits as after an unmount.
@@ -155,7 +157,10 @@ MountOptions fit_to_open_files_limit(MountOptions o, std::string* note) {
 int run_mount(const MountOptions& options) {
   raise_open_files_limit();
   std::string limit_note;  // logged once the log goes where it should
-  const MountOptions o = fit_to_open_files_limit(options, &limit_note);
+  MountOptions o = fit_to_open_files_limit(options, &limit_note);
+  // A worker makes one call into the source at a time: one calling thread each, and one for
+  // the prober, so that calls never queue while the source is well.
+  o.engine.source.threads = o.threads + 1;
   auto source = cachestore::RootDir::open(o.source);
   if (!source.is_ok()) {
     fprintf(stderr, "epochfs: cannot open source %s\n", source.status().to_string().c_str());
@@ -236,7 +241,7 @@ int run_mount(const MountOptions& options) {
     cachestore::log(LogLevel::kInfo,
                     "data path: no-open (the kernel opens files itself and keeps their pages)");
   }
-  const int rc = serve(se.get(), o);
+  const int rc = serve(se.get(), o, fs);
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
   fuse_session_unmount(se.get());
   fuse_remove_signal_handlers(se.get());

@@ -54,7 +54,7 @@ class Pool {
  public:
   Pool(fuse_session* se, unsigned max_threads) : se_(se), max_threads_(std::max(1u, max_threads)) {}
 
-  int run();
+  int run(const std::function<void()>& on_stop);
 
  private:
   bool start_worker() REQUIRES(mu_);
@@ -175,7 +175,7 @@ void Pool::wake_until_all_left() {
   }
 }
 
-int Pool::run() {
+int Pool::run(const std::function<void()>& on_stop) {
   install_wake_handler();
   {
     cachestore::MutexLock lock(mu_);
@@ -188,6 +188,9 @@ int Pool::run() {
     // From here no worker is started, so workers_ is read without mu_.
     stopping_.store(true);
   }
+  if (on_stop) {
+    on_stop();
+  }
   wake_until_all_left();
   for (Worker& w : workers_) {
     w.thread.join();
@@ -198,9 +201,9 @@ int Pool::run() {
 
 }  // namespace
 
-int serve_requests(fuse_session* se, unsigned max_threads) {
+int serve_requests(fuse_session* se, unsigned max_threads, const std::function<void()>& on_stop) {
   Pool pool(se, max_threads);
-  return pool.run();
+  return pool.run(on_stop);
 }
 
 }  // namespace epochfs::fusefs

@@ -8,13 +8,17 @@
 // blocking read with a signal.
 #pragma once
 
+#include <functional>
+
 struct fuse_session;
 
 namespace epochfs::fusefs {
 
 // Serves `se` with up to `max_threads` workers, started as requests find none idle, until the
 // connection ends or the session is told to exit. Returns 0, or a negative errno when reading
-// the device failed for another reason. Requests being served when it ends are finished.
-int serve_requests(fuse_session* se, unsigned max_threads);
+// the device failed for another reason. Requests being served when it ends are finished;
+// on_stop is called once it is ending, before they are waited for.
+int serve_requests(fuse_session* se, unsigned max_threads,
+                   const std::function<void()>& on_stop = {});
 
 }  // namespace epochfs::fusefs

@@ -112,10 +112,10 @@ std::optional<struct stat> Engine::known_attributes(FileId id) {
   return st;
 }
 
-Result<struct stat> Engine::source_attributes(const std::string& rel_path) {
+Result<struct stat> Engine::source_attributes(const std::string& rel_path, bool may_wait) {
   const auto id = cache_ ? registry_.find(rel_path) : std::nullopt;
   const auto known = id ? known_attributes(*id) : std::nullopt;
-  auto st = guard_.call<struct stat>(rel_path, known.has_value(),
+  auto st = guard_.call<struct stat>(rel_path, known.has_value() || !may_wait,
                                      [this, rel_path] { return source_.stat_at(rel_path); });
   if (known && answer_instead(st.error_code())) {
     guard_.served_known();
@@ -177,7 +177,7 @@ Result<Opened> open_for_reading(const cachestore::RootDir& source, const std::st
   if (!fd.is_ok()) {
     return fd.status();
   }
-  auto st = cachestore::fstat_fd(fd.value().get(), rel_path);
+  auto st = source.stat_fd(fd.value().get(), rel_path);
   if (!st.is_ok()) {
     return st.status();
   }
@@ -522,7 +522,7 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
     return;
   }
   // A copy that raced a change of the source is discarded, never published.
-  auto after = cachestore::fstat_fd(fd.get(), rel_path);
+  auto after = source_.stat_fd(fd.get(), rel_path);
   if (!after.is_ok() || !(FileVersion::of(after.value()) == version)) {
     cache_->abort(std::move(*staging), 0);
     return;

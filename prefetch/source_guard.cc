@@ -253,13 +253,18 @@ bool SourceGuard::wait_until_up(int64_t deadline_ns) {
   MutexLock lock(shared_->mu);
   while (down() && !shared_->stopping) {
     const int64_t now = now_ns();
-    if (cancelled_now() || now >= deadline_ns) {
+    if (cancelled_now() || now >= deadline_ns || stop_waiting_.load()) {
       return false;
     }
     shared_->changed.wait_for(std::min<std::chrono::nanoseconds>(
         kCancelPoll, std::chrono::nanoseconds(deadline_ns - now)));
   }
   return !down();
+}
+
+void SourceGuard::stop_waiting() {
+  stop_waiting_.store(true);
+  wake();
 }
 
 void SourceGuard::wake() {
@@ -352,7 +357,16 @@ void SourceGuard::probe_loop() {
       path = probe_path_;
     }
     probe = std::make_shared<Job>();
-    probe->work = [this, path] { return source_.stat_at(path).status(); };
+    probe->work = [this, path] {
+      auto st = source_.stat_at(path);
+      // A dead connection: the source may have been mounted again where it was.
+      if (st.error_code() == ENOTCONN && source_.reopen()) {
+        cachestore::log(LogLevel::kInfo, "the source's root was opened again by its path (%s)",
+                        source_.path().c_str());
+        st = source_.stat_at(path);
+      }
+      return st.status();
+    };
     bool cancelled = false;
     auto result = attempt(probe, &cancelled);
     if (result && !is_outage_error(result->error_code())) {

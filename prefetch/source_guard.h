@@ -156,6 +156,9 @@ class SourceGuard {
   SourceHealth health() const;
   // Wakes every waiting caller so that it looks at its Cancel again.
   void wake();
+  // The mount is ending: callers waiting for the source to come back fail with EIO now, and
+  // later ones do not wait (a call already in the source still gets its timeout).
+  void stop_waiting();
 
  private:
   struct Job;
@@ -183,6 +186,7 @@ class SourceGuard {
   OnRecovery on_recovery_;
 
   std::atomic<SourceState> state_{SourceState::kOk};
+  std::atomic<bool> stop_waiting_{false};
   std::atomic<uint64_t> served_known_{0};
   std::atomic<uint64_t> waited_{0};
   std::atomic<uint64_t> failed_{0};

@@ -131,12 +131,11 @@ TEST_CASE("directories list every entry, resumable at any offset", "[filesystem]
   while (true) {
     h->seek(resume);
     auto a = h->next();
-    REQUIRE(a.is_ok());
-    if (!a.value()) {
+    if (!a) {
       break;
     }
-    names.insert(a.value()->name);
-    resume = a.value()->next_offset;
+    names.insert(a->name);
+    resume = a->next_offset;
   }
   CHECK(names.size() == 504);  // 500 + inner + up + . + ..
   CHECK(names.count("inner") == 1);

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -175,6 +177,65 @@ TEST_CASE("a hung source: cached files are served; uncached reads wait, fail or 
   check_files(mount.path(), dir / "data", kFiles);
 }
 
+TEST_CASE("a source mounted again where it was is opened again by its path", "[mount][outage]") {
+  // A network filesystem's client restarted: its old connection dead, a new mount in place.
+  TempDir dir;
+  write_files(dir / "data", kFiles, kSize);
+  std::optional<FaultFs> faults;
+  faults.emplace(dir / "data", dir / "faulty");
+  Mount mount(faults->path(), dir / "mnt", {"--attr-timeout", "0.2", "--outage-wait", "30"});
+  cache_first_files(mount, dir / "data");
+  faults->kill_daemon();
+  drop_caches();
+  std::this_thread::sleep_for(milliseconds(400));
+  check_cached_served(mount, dir / "data");
+  REQUIRE(source_down(mount));
+  // An uncached read waits for the source meanwhile.
+  auto reader = std::async(std::launch::async, [&] { return read_file(mount / name(kCached)); });
+  faults.reset();  // unmounts the dead mount
+  faults.emplace(dir / "data", dir / "faulty");
+  REQUIRE(reader.get().has_value());
+  wait_source_up(mount);
+  CHECK(stat_of(mount, "source_health.outage_waits") >= 1);
+  // The files did not change: their copies still serve them (the new mount's device number
+  // reads as the old one's).
+  std::this_thread::sleep_for(milliseconds(400));
+  drop_caches();
+  const double hits = stat_of(mount, "hits");
+  check_cached_served(mount, dir / "data");
+  CHECK(stat_of(mount, "hits") - hits == kCached);
+  check_files(mount.path(), dir / "data", kFiles);
+}
+
+TEST_CASE("with --immutable, listings and directories survive an outage", "[mount][outage]") {
+  // What ImageFolder does at start-up: list the tree, then open the files.
+  TempDir dir;
+  write_files(dir / "data/class_a", 6, kSize);
+  write_files(dir / "data/class_b", 6, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt", {"--immutable", "--outage-wait", "1"});
+  const auto names_in = [](const std::string& path) {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path)) {
+      names.insert(e.path().filename().string());
+    }
+    return names;
+  };
+  const auto root_before = names_in(mount.path());
+  const auto a_before = names_in(mount / "class_a");
+  check_files(mount / "class_a", dir / "data/class_a", 6);
+  wait_for_staging(mount);
+  faults.kill_daemon();
+  drop_caches();
+  CHECK(names_in(mount.path()) == root_before);
+  CHECK(names_in(mount / "class_a") == a_before);
+  check_files(mount / "class_a", dir / "data/class_a", 6);
+  // A directory never listed before waits, then fails.
+  std::error_code ec;
+  std::filesystem::directory_iterator it(mount / "class_b", ec);
+  CHECK(ec.value() == EIO);
+}
+
 TEST_CASE("staging pauses while the source is down and catches up when it returns",
           "[mount][outage]") {
   TempDir dir;
@@ -229,7 +290,7 @@ TEST_CASE("a file changed during an outage is not served stale once the source i
   CHECK(read_file(mount / "f0") != before);
 }
 
-TEST_CASE("--outage fail: cached files fail like the others while the source is down",
+TEST_CASE("with --outage fail, cached files fail like the others while the source is down",
           "[mount][outage]") {
   TempDir dir;
   write_files(dir / "data", kFiles, kSize);
