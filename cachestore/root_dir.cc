@@ -58,6 +58,11 @@ RootDir::RootDir(std::string path, UniqueFd fd) : path_(std::move(path)), fds_(n
 
   ::fstat(fd.get(), &st);
   fds_->first_dev = st.st_dev;
+
+  struct statfs fs {};
+
+  ::fstatfs(fd.get(), &fs);
+  fds_->first_type = static_cast<long>(fs.f_type);
   fds_->current_dev.store(st.st_dev);
   MutexLock lock(fds_->mu);
   fds_->all.push_back(std::move(fd));
@@ -70,8 +75,14 @@ bool RootDir::reopen() const {
   // Outside the lock: the path may lead into a hung mount.
   UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   struct stat st;
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+
+  struct statfs fs {};
+
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || ::fstatfs(fd.get(), &fs) != 0) {
     return false;  // still the dead mount, or nothing there yet
+  }
+  if (static_cast<long>(fs.f_type) != fds_->first_type) {
+    return false;  // the directory under the mount point: the new mount is not there yet
   }
   MutexLock lock(fds_->mu);
   fds_->current_dev.store(st.st_dev);

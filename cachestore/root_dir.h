@@ -72,8 +72,9 @@ class RootDir {
 
   // Opens the root again by its path, for a source mounted again where it was (a network
   // filesystem's client restarted, its old connection dead): if the path now leads to a
-  // directory that answers, it becomes the root and reopen returns true. Bounded: after
-  // kMaxReopens, false.
+  // directory that answers, on a filesystem of the same type as the first root's (not the
+  // empty directory under a mount point between an unmount and the next mount), it becomes
+  // the root and reopen returns true. Bounded: after kMaxReopens, false.
   bool reopen() const;
   // Times the root was opened again.
   unsigned reopens() const;
@@ -84,6 +85,7 @@ class RootDir {
   struct Fds {
     std::atomic<int> current{-1};
     dev_t first_dev = 0;                // the root's device at open
+    long first_type = 0;                // and its filesystem's type (statfs f_type)
     std::atomic<dev_t> current_dev{0};  // the current root's
     Mutex mu;
     std::vector<UniqueFd> all GUARDED_BY(mu);  // every root opened, the current one last
