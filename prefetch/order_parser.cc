@@ -228,6 +228,12 @@ void OrderParser::directive(std::string_view text) {
     ended_ = true;
     return;
   }
+  if (keyword == "restart" && value.empty()) {
+    if (!entries_started()) {
+      header_.restart = true;
+    }
+    return;
+  }
   const bool known = keyword == "form" || keyword == "epoch" || keyword == "stream" ||
                      keyword == "count" || keyword == "job" || keyword == "manifest";
   if (!known || entries_started()) {

@@ -5,7 +5,7 @@
 // sink builds. Lines end with LF or CRLF. A line is one of:
 //   - blank: ignored;
 //   - `#keyword value` before the first entry, with keyword one of form, epoch, stream, count,
-//     job, manifest:
+//     job, manifest, or `#restart` (no value):
 //     a directive (the first of each keyword wins, later ones are ignored);
 //   - `#end`: the end marker; lines after it are rejected;
 //   - any other line starting with `#`: a comment;
@@ -47,6 +47,9 @@ struct OrderHeader {
   std::optional<std::string> job;
   // A manifest's name within its job; for an index-form order, the manifest it indexes.
   std::optional<std::string> manifest;
+  // The stream starts afresh at this epoch: every epoch queued before is dropped (an epoch
+  // published ahead that the trainer will not read, e.g. before a resume from a checkpoint).
+  bool restart = false;
 };
 
 // What was skipped, for stats and the log: counts by reason and the first few examples.

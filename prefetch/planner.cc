@@ -199,7 +199,8 @@ cachestore::Status Planner::admission(const Job& job, const OrderHeader& header,
     const auto existing =
         schedule_.find_stream(Jobs::stream_key(job, header.stream.value_or(kDefaultStream)));
     new_streams = existing ? 0 : 1;
-    if (existing && header.epoch && *header.epoch < schedule_.view(*existing).epoch) {
+    if (existing &&
+        (header.restart || (header.epoch && *header.epoch < schedule_.view(*existing).epoch))) {
       freed = schedule_.stream_entries(*existing);  // a restart drops what was queued
     }
   }
@@ -265,7 +266,8 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
             ? cachestore::Result<Schedule::Published>(
                   job == nullptr ? cachestore::Status::error(EDQUOT, report.message) : admitted)
             : schedule_.publish(key, header.epoch, std::move(entries),
-                                job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid));
+                                job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid),
+                                header.restart);
     if (!published.is_ok()) {
       const std::string why =
           job == nullptr ? report.message : "not published: " + published.status().context();

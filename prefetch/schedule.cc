@@ -73,7 +73,7 @@ void Schedule::drop_stream(size_t stream) {
 Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
                                               std::optional<uint64_t> epoch,
                                               std::vector<FileId> entries,
-                                              std::optional<uint32_t> owner) {
+                                              std::optional<uint32_t> owner, bool restart) {
   if (entries.empty()) {
     return Status::error(EINVAL, "no entries");
   }
@@ -86,7 +86,7 @@ Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
   s.owner = owner;
   const uint64_t number = epoch.value_or(s.last_number ? *s.last_number + 1 : 0);
   auto& q = s.epochs;
-  const bool restarted = !q.empty() && number < q.front()->number;
+  const bool restarted = !q.empty() && (restart || number < q.front()->number);
   if (restarted) {
     clear_epochs(s);
     relink_all();

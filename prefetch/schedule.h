@@ -66,9 +66,11 @@ class Schedule {
   // of the same job, or a restart from a checkpoint): every queued epoch is dropped and the
   // new one becomes current.
   // owner: the user whose opens advance the stream (its job's); nullopt: anyone's.
+  // restart: restart the stream at this epoch whatever its number (`#restart`).
   cachestore::Result<Published> publish(const std::string& stream, std::optional<uint64_t> epoch,
                                         std::vector<FileId> entries,
-                                        std::optional<uint32_t> owner = std::nullopt);
+                                        std::optional<uint32_t> owner = std::nullopt,
+                                        bool restart = false);
 
   // An open of file by a reader. The stream whose order it matched, if any.
   struct Match {

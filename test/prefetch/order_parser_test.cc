@@ -207,6 +207,13 @@ TEST_CASE("header directives set the form, epoch, stream and count", "[order_par
   }
 }
 
+TEST_CASE("#restart before the entries asks for a restart of the stream", "[order_parser]") {
+  CHECK_FALSE(parse("#epoch 3\na\n").header.restart);
+  CHECK(parse("#epoch 3\n#restart\na\n").header.restart);
+  CHECK_FALSE(parse("a\n#restart\nb\n").header.restart);  // after the entries: a comment
+  CHECK_FALSE(parse("#restarting soon\na\n").header.restart);
+}
+
 TEST_CASE("the first of each directive wins and repeats are ignored", "[order_parser]") {
   const auto p = parse(
       "#epoch 1\n"

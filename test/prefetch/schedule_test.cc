@@ -193,6 +193,20 @@ TEST_CASE("a queued epoch is replaced and an older one restarts the stream", "[s
     CHECK(publish(s, "a", std::nullopt, {22}).epoch == 3);
   }
 
+  SECTION("a restart drops every queued epoch, whatever the new one's number") {
+    // An epoch published ahead that the trainer will not read (before a resume at a later
+    // epoch): `#restart` drops it and the ones after it.
+    auto p = s.publish("a", 7, {70, 71}, std::nullopt, true);
+    REQUIRE(p.is_ok());
+    CHECK(p.value().restarted);
+    const auto v = s.view(0);
+    CHECK(v.epoch == 7);
+    CHECK(v.epochs_queued == 0);
+    CHECK(s.entries_held() == 2);
+    CHECK(s.next_use(3) == kNever);
+    CHECK(stage_all(s, 0, 100) == Files{70, 71});
+  }
+
   SECTION("an epoch between queued ones is inserted in order") {
     publish(s, "a", 6, {60});
     auto p = publish(s, "a", 5, {50, 51});

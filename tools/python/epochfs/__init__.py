@@ -130,7 +130,7 @@ def set_manifest(mount, paths, *, name=None, job=None):
     _write(root, "manifest", header + ["#count %d" % count], lines)
 
 
-def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None):
+def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, restart=False):
     """Publishes one epoch's order.
 
     ``order`` is an iterable of paths (``str``, ``bytes`` or path-like; relative to the
@@ -140,7 +140,9 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None):
     (an epoch older than the stream's current one restarts the stream); ``stream`` names the
     reader (one per rank), ``"default"`` if None; ``job`` is the job the stream belongs to,
     :func:`job_id` if None; ``manifest`` names the job's manifest that indices refer to,
-    ``"default"`` if None. Raises :class:`PublishError` when the daemon refuses the order,
+    ``"default"`` if None; ``restart`` drops every epoch of the stream queued before this one
+    (``#restart``: an epoch published ahead that the trainer will not read, as before a resume
+    from a checkpoint). Raises :class:`PublishError` when the daemon refuses the order,
     another ``OSError`` when the mount is gone or cannot be written, ``ValueError`` for an
     order that mixes indices and paths, a path with a line break, or a name (stream, job,
     manifest) that is not 1 to 64 of ``A-Z a-z 0-9 . _ -``.
@@ -158,6 +160,8 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None):
     header = ["#form " + form]
     if epoch is not None:
         header.append("#epoch %d" % int(epoch))
+    if restart:
+        header.append("#restart")
     header += names + ["#count %d" % count]
     _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
 

@@ -157,11 +157,12 @@ class _Publisher:
         """Whether ``publish(epoch, ...)`` would publish: saves drawing an order for nothing."""
         return self.active and epoch not in self.published
 
-    def publish(self, epoch, indices, again=False):
-        """Publishes ``epoch``'s order, unless it was already (``again``: even then)."""
+    def publish(self, epoch, indices, again=False, restart=False):
+        """Publishes ``epoch``'s order, unless it was already (``again``: even then).
+        ``restart``: the epochs published before it are dropped (see :func:`epochfs.publish`)."""
         if self.mount is None or (epoch in self.published and not again):
             return
-        if self.published and epoch < max(self.published):
+        if restart or (self.published and epoch < max(self.published)):
             # A rerun or a restart from a checkpoint: the daemon restarts the stream at this
             # epoch and drops the newer ones, which must then be published again.
             self.published = set()
@@ -175,7 +176,8 @@ class _Publisher:
                                      name=self.manifest, job=self.job)
                 self.manifest_set = True
             epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch,
-                            stream=self.stream, job=self.job, manifest=self.manifest)
+                            stream=self.stream, job=self.job, manifest=self.manifest,
+                            restart=restart)
         except (OSError, ValueError) as e:
             # A hint failed, never the training run: a refusal (a limit, a bad name), an
             # unwritable control dir, a full disk, or a mount gone.
@@ -245,10 +247,13 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
 
     def __iter__(self):
         order = list(iter(self.sampler))
+        ahead = self._ahead
         if not self._was_published_ahead(order):
             # Every other draw is published, the same epoch's too: a new draw may be a new
-            # order, and the trainer starts it from the first entry either way.
-            self._publisher.publish(self.epoch, order, again=True)
+            # order, and the trainer starts it from the first entry either way. An epoch
+            # published ahead that this draw is not (set_epoch moved on, or the generator was
+            # reseeded) will not be read: it is dropped.
+            self._publisher.publish(self.epoch, order, again=True, restart=ahead is not None)
         drawn = self.epoch
         if not self._explicit_epoch:
             self.epoch += 1
@@ -292,6 +297,7 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
         if paths is None:
             paths = dataset_paths(dataset)
         self._publisher = _Publisher(data_dir, paths, rank=self.rank, strict=strict)
+        self._iterated = False
         # The job's start-up (CUDA, the model, a checkpoint) gives the stager a head start.
         self._publish(self.epoch)
 
@@ -307,14 +313,19 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
         self._publish_from(epoch)
 
     def _publish_from(self, epoch):
-        self._publish(epoch)
+        # Before the first __iter__, an epoch not published yet means the run starts elsewhere
+        # than the sampler was made for (a resume from a checkpoint): the epoch published at
+        # construction will not be read, and is dropped.
+        restart = not self._iterated and bool(self._publisher.published)
+        self._publish(epoch, restart=restart)
         self._publish(epoch + 1)
 
-    def _publish(self, epoch):
+    def _publish(self, epoch, restart=False):
         # An epoch already published is not published again, nor its order drawn.
         if self._publisher.wants(epoch):
-            self._publisher.publish(epoch, self._order(epoch))
+            self._publisher.publish(epoch, self._order(epoch), restart=restart)
 
     def __iter__(self):
         self._publish_from(self.epoch)
+        self._iterated = True
         return iter(self._order(self.epoch))

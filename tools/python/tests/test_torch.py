@@ -284,3 +284,27 @@ def test_a_draw_unlike_the_one_published_ahead_is_published(mount, monkeypatch):
     assert [e for e, _ in published] == [0, 0, 1]
     assert published[1][1] == got != published[0][1]
     assert mount.stream("train")["epoch_length"] == len(paths)
+
+
+def test_a_resumed_run_drops_the_epoch_published_when_the_sampler_was_made(mount):
+    data, ds, _ = train_set(mount)
+    ours = epochfs.torch.DistributedPublishingSampler(ds, num_replicas=1, rank=0, seed=3,
+                                                      data_dir=data, strict=True)
+    ours.set_epoch(3)  # resumed from a checkpoint: epoch 0 will not be read
+    stream = mount.stream("train.rank0")
+    assert (stream["epoch"], stream["epochs_queued"], stream["restarts"]) == (3, 1, 1)
+    loader = DataLoader(ds, sampler=ours, batch_size=8, num_workers=2)
+    assert len(loader_paths(loader)) == len(ds)
+    # The trainer's reads followed epoch 3, not a stale epoch 0 in front of it.
+    assert epoch_record(mount.stream("train.rank0"), 3)["opens"] == len(ds)
+
+
+def test_a_wrapper_set_to_a_later_epoch_drops_the_one_published_ahead(mount):
+    data, ds, paths = train_set(mount)
+    ours = epochfs.torch.PublishingSampler(seeded(ds), data, paths, strict=True)
+    ours.set_epoch(5)
+    loader = DataLoader(ds, sampler=ours, batch_size=8, num_workers=2)
+    assert len(loader_paths(loader)) == len(paths)
+    stream = mount.stream("train")
+    assert stream["restarts"] == 1
+    assert epoch_record(stream, 5)["opens"] == len(paths)
