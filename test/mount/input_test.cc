@@ -135,7 +135,7 @@ TEST_CASE("bad orders get the same verdict through all three channels", "[mount]
   }
 }
 
-TEST_CASE("every user may publish into jobs of their own; all may read the stats",
+TEST_CASE("every user may publish into jobs of their own and all may read the stats",
           "[mount][input]") {
   TempDir dir;
   write_files(dir / "src", 3, 1000);

@@ -92,7 +92,7 @@ std::optional<int> wait_child(pid_t pid, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-TEST_CASE("a dead source: cached files are served, uncached ones fail with EIO after the wait",
+TEST_CASE("a dead source: cached files are served and uncached ones fail with EIO after the wait",
           "[mount][outage]") {
   const bool immutable = GENERATE(false, true);
   INFO("immutable " << immutable);
@@ -125,7 +125,7 @@ TEST_CASE("a dead source: cached files are served, uncached ones fail with EIO a
   CHECK(stat_of(mount, "source_health.outage_failures") == 1);
 }
 
-TEST_CASE("a hung source: cached files are served; uncached reads wait, fail or can be killed",
+TEST_CASE("a hung source: cached files are served while uncached reads wait or fail or are killed",
           "[mount][outage]") {
   TempDir dir;
   write_files(dir / "data", kFiles, kSize);
@@ -207,7 +207,7 @@ TEST_CASE("a source mounted again where it was is opened again by its path", "[m
   check_files(mount.path(), dir / "data", kFiles);
 }
 
-TEST_CASE("with --immutable, listings and directories survive an outage", "[mount][outage]") {
+TEST_CASE("with --immutable the listings and directories survive an outage", "[mount][outage]") {
   // What ImageFolder does at start-up: list the tree, then open the files.
   TempDir dir;
   write_files(dir / "data/class_a", 6, kSize);
@@ -290,7 +290,7 @@ TEST_CASE("a file changed during an outage is not served stale once the source i
   CHECK(read_file(mount / "f0") != before);
 }
 
-TEST_CASE("with --outage fail, cached files fail like the others while the source is down",
+TEST_CASE("with --outage fail the cached files fail like the others while the source is down",
           "[mount][outage]") {
   TempDir dir;
   write_files(dir / "data", kFiles, kSize);

@@ -55,7 +55,8 @@ void wait_until(const std::function<bool()>& done) {
 
 }  // namespace
 
-TEST_CASE("an unanswered call marks the source down; the prober brings it back", "[source_guard]") {
+TEST_CASE("an unanswered call marks the source down and the prober brings it back",
+          "[source_guard]") {
   Root r;
   SourceGuard guard(*r.root, SourceGuardOptions{0.1, 5, 4});
   std::atomic<int> recoveries{0};
@@ -82,7 +83,7 @@ TEST_CASE("an unanswered call marks the source down; the prober brings it back",
   CHECK(guard.call<int>("", true, [] { return Result<int>(3); }).value() == 3);
 }
 
-TEST_CASE("a caller with no answer of its own waits for the source, then fails with EIO",
+TEST_CASE("a caller with no answer of its own waits for the source and then fails with EIO",
           "[source_guard]") {
   Root r;
   SourceGuard guard(*r.root, SourceGuardOptions{1, 0.3, 4});
@@ -111,7 +112,7 @@ TEST_CASE("an error that names the file is not an outage", "[source_guard]") {
   CHECK_FALSE(is_outage_error(ENOENT));
 }
 
-TEST_CASE("a cancelled caller stops waiting, and a late cancel hits no other request",
+TEST_CASE("a cancelled caller stops waiting and a late cancel hits no other request",
           "[source_guard]") {
   Root r;
   SourceGuard guard(*r.root, SourceGuardOptions{30, 30, 4});

@@ -31,4 +31,10 @@ if grep -nE '^\s*ops\.[a-z_]+ = op_' fusefs/fuse_ops.cc |
   echo "check: register FUSE operations as Guarded<op_...>::call" >&2
   status=1
 fi
+# CMake splits a list at ';': a test named with one would be registered as two tests that
+# match nothing, and pass without running.
+if grep -nE 'TEST_CASE\("[^"]*;' -r test --include='*.cc'; then
+  echo "check: no ';' in a test's name" >&2
+  status=1
+fi
 exit $status
