@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "cachestore/fs_type.h"
 #include "cachestore/log.h"
 
 namespace epochfs::prefetch {
@@ -41,11 +42,21 @@ bool names_no_file(int err) {
          err == EINVAL || err == ENAMETOOLONG;
 }
 
+// A source on a local disk is called directly (SourceGuardOptions::direct).
+SourceGuardOptions guard_options(const cachestore::RootDir& source, SourceGuardOptions options) {
+  auto type = source.fs_type();
+  options.direct = type.is_ok() && cachestore::is_local_fs(type.value());
+  return options;
+}
+
 }  // namespace
 
 Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
                EngineOptions options)
-    : source_(source), options_(options), cache_(std::move(cache)), guard_(source, options.source) {
+    : source_(source),
+      options_(options),
+      cache_(std::move(cache)),
+      guard_(source, guard_options(source, options.source)) {
   PlannerOptions planner;
   planner.lookahead = options_.lookahead;
   planner.stage_threads = options_.stage_threads;
@@ -213,8 +224,9 @@ Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path, boo
 Result<std::string> Engine::read_source(const OpenFile& file, int fd, size_t size, off_t off) {
   // The path names the file in errors, and is what the guard asks again in an outage.
   const std::string rel_path = cache_ ? registry_.path_of(file.id) : std::string();
-  // The fd is the reader's: the handle holds it until RELEASE, which the kernel sends only
-  // after this read is answered, so an abandoned call still reads a valid descriptor.
+  // The fd is the reader's handle's. A call abandoned before its pread may read it after the
+  // reader's RELEASE closed it: a reused number then fails (ESPIPE) or reads another file
+  // into a buffer nobody looks at.
   return guard_.call<std::string>(
       rel_path, false, [fd, size, off, rel_path]() -> Result<std::string> {
         std::string data(size, '\0');

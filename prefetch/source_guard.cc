@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <deque>
 #include <new>
+#include <unordered_set>
 
 #include "cachestore/log.h"
 
@@ -75,6 +76,8 @@ const Cancel* Cancel::current() { return t_cancel; }
 // One call handed to a calling thread.
 struct SourceGuard::Job {
   std::function<Status()> work;
+  // Its caller waits on it (on Shared::mu): one wake per call ended, not one for every waiter.
+  std::optional<cachestore::CondVar> done_cv;
   // Under Shared::mu.
   bool started = false;
   bool done = false;
@@ -87,8 +90,9 @@ struct SourceGuard::Job {
 struct SourceGuard::Shared {
   cachestore::Mutex mu;
   cachestore::CondVar work_cv{&mu};  // a job was queued, or stopping
-  cachestore::CondVar changed{&mu};  // a job ended, the state changed, or a Cancel was set
+  cachestore::CondVar changed{&mu};  // the state changed, or a Cancel was set
   std::deque<std::shared_ptr<Job>> queue GUARDED_BY(mu);
+  std::unordered_set<Job*> waited_for GUARDED_BY(mu);  // jobs whose callers wait on done_cv
   bool stopping GUARDED_BY(mu) = false;
   unsigned idle GUARDED_BY(mu) = 0;
   std::vector<std::thread> threads GUARDED_BY(mu);
@@ -128,7 +132,9 @@ void SourceGuard::Shared::serve(std::atomic<bool>* busy_flag) {
     ++idle;
     job->done = true;
     job->result = std::move(result);
-    changed.notify_all();
+    if (job->done_cv) {
+      job->done_cv->notify_one();
+    }
   }
 }
 
@@ -218,12 +224,13 @@ Status SourceGuard::run(const std::string& path, bool has_answer, std::function<
 }
 
 std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool* cancelled) {
-  if (!shared_) {
-    return job->work();  // not started (no fork yet, or a test without threads)
+  if (!shared_ || options_.direct) {
+    return job->work();  // not started (no fork yet, or a test without threads), or local
   }
   const int64_t start = now_ns();
   const int64_t deadline = start + seconds_to_ns(options_.timeout_s);
   MutexLock lock(shared_->mu);
+  job->done_cv.emplace(&shared_->mu);
   shared_->queue.push_back(job);
   if (shared_->idle < shared_->queue.size() && shared_->threads.size() < options_.threads) {
     auto busy = std::make_shared<std::atomic<bool>>(false);
@@ -232,16 +239,19 @@ std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool
     ++shared_->idle;
   }
   shared_->work_cv.notify_one();
+  shared_->waited_for.insert(job.get());
   while (!job->done) {
     const int64_t now = now_ns();
     if (cancelled_now() || now >= deadline) {
       *cancelled = cancelled_now();
       job->abandoned = true;
+      shared_->waited_for.erase(job.get());
       return std::nullopt;
     }
-    shared_->changed.wait_for(
+    job->done_cv->wait_for(
         std::min<std::chrono::nanoseconds>(kCancelPoll, std::chrono::nanoseconds(deadline - now)));
   }
+  shared_->waited_for.erase(job.get());
   note_duration(now_ns() - start);
   return job->result;
 }
@@ -271,6 +281,9 @@ void SourceGuard::wake() {
   if (shared_) {
     MutexLock lock(shared_->mu);
     shared_->changed.notify_all();
+    for (Job* job : shared_->waited_for) {
+      job->done_cv->notify_all();
+    }
   }
 }
 
@@ -337,7 +350,7 @@ void SourceGuard::probe_loop() {
   for (;;) {
     bool probing;  // the last probe is still stuck in the source
     {
-      // Every ended call wakes `changed`: sleep the whole period regardless.
+      // A state change wakes `changed` too: sleep the whole period regardless.
       const int64_t next = now_ns() + std::chrono::nanoseconds(kProbePeriod).count();
       MutexLock lock(shared_->mu);
       for (int64_t now = now_ns(); now < next && !shared_->stopping; now = now_ns()) {
