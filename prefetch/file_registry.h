@@ -6,10 +6,11 @@
 // from the source, with when they were read: an open within the attribute timeout may trust
 // them instead of asking the source again (one round trip less on network storage).
 //
-// Memory, because a dataset has millions of files (ImageNet: 1.28 M): about 100 bytes per file.
+// Memory, because a dataset has millions of files (ImageNet: 1.28 M): about 110 bytes per file.
 // Paths are stored once, NUL-terminated, in 1 MiB arena chunks that never move; a record is a
-// pointer into them plus the version (56 bytes); the path -> id index is an open-addressing
-// table of 32-bit ids (linear probing, at most 70% full), so it holds no copy of the path.
+// pointer into them plus the version and its shape's index (64 bytes); the path -> id index is
+// an open-addressing table of 32-bit ids (linear probing, at most 70% full), so it holds no copy
+// of the path.
 // `epochfs bench-policy` measures it (docs/benchmarks.md).
 //
 // Thread-safety: all methods lock mu_ (a leaf lock) for memory work only.
