@@ -49,8 +49,8 @@ enum class Backing { kCopy, kSource, kNone };
 // is made from a descriptor of its own). While an inode has passthrough opens, every open of
 // it shares their backing id (the kernel accepts nothing else), so an open of a copy made
 // meanwhile reads the source until they end (reads_source). The registration holds the
-// connection's one lock for an ioctl (one per inode's first open and last release). Every
-// call is matched by one end_open.
+// lock of the inode's shard of the open table for an ioctl (one per inode's first open and
+// last release). Every call is matched by one end_open.
 struct Opened {
   uint32_t backing_id = 0;    // 0: a classic open
   bool reads_source = false;  // the backing file is a source file (this open's or an earlier)
