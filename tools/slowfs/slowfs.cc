@@ -1,9 +1,10 @@
 // epochfs-slowfs: a read-only FUSE passthrough that behaves like slow shared storage, for tests
-// and benchmarks. Each open and each read request takes --latency-ms of the server's time,
-// each lookup and getattr --meta-latency-ms (default 0: answered at once); read data then
-// passes one shared link of --bandwidth-mbs; at most --max-inflight requests are being served
-// at once (an NFS server's threads), the others queue in arrival order. --preset picks all of
-// these for a named kind of storage (tools/slowfs/presets.h).
+// and benchmarks. Each open and each read request takes --latency-ms of the server's time (an
+// open --open-latency-ms when given), each lookup and getattr --meta-latency-ms (default 0:
+// answered at once); read data then passes one shared link of --bandwidth-mbs; at most
+// --max-inflight requests are being served at once (an NFS server's threads), the others
+// queue in arrival order. --preset picks all of these for a named kind of storage
+// (tools/slowfs/presets.h).
 //
 // It must cost little CPU (the machines have 2 cores and the trainer, epochfs and the
 // storage share them), so nothing sleeps per request: one thread takes requests from the
@@ -99,7 +100,8 @@ struct LaterFirst {
 };
 
 struct ServerModel {
-  Clock::duration data_latency;  // open, read
+  Clock::duration data_latency;  // read
+  Clock::duration open_latency;  // open
   Clock::duration meta_latency;  // lookup, getattr
   double bytes_per_s = 0;        // the link (0: no limit)
   unsigned max_inflight = 1;     // server slots
@@ -146,7 +148,10 @@ class DelayQueue {
   void admit(Pending p) {
     ++inflight_;
     const bool meta = p.kind == Pending::Kind::kEntry || p.kind == Pending::Kind::kAttr;
-    p.due = Clock::now() + (meta ? model_.meta_latency : model_.data_latency);
+    const bool open = p.kind == Pending::Kind::kOpen;
+    p.due = Clock::now() + (meta   ? model_.meta_latency
+                            : open ? model_.open_latency
+                                   : model_.data_latency);
     if (p.kind == Pending::Kind::kRead) {
       posix_fadvise(p.fd, p.offset, static_cast<off_t>(p.size), POSIX_FADV_WILLNEED);
       if (model_.bytes_per_s > 0 && p.bytes > 0) {
@@ -486,6 +491,7 @@ int serve(State& s, const std::string& mountpoint) {
 struct Options {
   std::string preset;
   double latency_ms = 2;
+  double open_latency_ms = -1;  // -1: latency_ms
   double meta_latency_ms = 0;
   double bandwidth_mbs = 0;
   unsigned max_inflight = 64;
@@ -498,6 +504,9 @@ void add_options(CLI::App& app, Options& o, std::vector<CLI::Option*>& overrides
   overrides.push_back(
       app.add_option("--latency-ms", o.latency_ms, "Time to serve each open and read")
           ->check(CLI::Range(0.0, 10000.0)));
+  app.add_option("--open-latency-ms", o.open_latency_ms,
+                 "Time to serve each open, when it differs from --latency-ms")
+      ->check(CLI::Range(0.0, 10000.0));
   overrides.push_back(
       app.add_option("--meta-latency-ms", o.meta_latency_ms, "Time to serve each lookup, getattr")
           ->check(CLI::Range(0.0, 10000.0)));
@@ -558,7 +567,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "epochfs-slowfs: %s: %s\n", source.c_str(), strerror(errno));
     return 1;
   }
-  s.server = std::make_unique<DelayQueue>(ServerModel{
-      from_ms(o.latency_ms), from_ms(o.meta_latency_ms), o.bandwidth_mbs * 1e6, o.max_inflight});
+  const double open_ms = o.open_latency_ms >= 0 ? o.open_latency_ms : o.latency_ms;
+  s.server = std::make_unique<DelayQueue>(ServerModel{from_ms(o.latency_ms), from_ms(open_ms),
+                                                      from_ms(o.meta_latency_ms),
+                                                      o.bandwidth_mbs * 1e6, o.max_inflight});
   return serve(s, mountpoint);
 }
