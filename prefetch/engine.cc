@@ -456,25 +456,48 @@ bool Engine::prefetch(FileId id, size_t stream) {
   return true;
 }
 
-void Engine::stat_ahead(FileId id) {
-  // Attributes read less than half the timeout ago will still be fresh at the open.
+bool Engine::fresh_for_open(FileId id) {
   const int64_t half_timeout_ns = static_cast<int64_t>(options_.attr_timeout_s * 0.5e9);
-  if (fresh_.get(id, options_.immutable ? 0 : now_ns() - half_timeout_ns)) {
+  return fresh_.get(id, options_.immutable ? 0 : now_ns() - half_timeout_ns).has_value();
+}
+
+void Engine::stat_ahead(FileId id) {
+  if (fresh_for_open(id) || !stats_ahead_queue_.push(id)) {
     return;
   }
-  auto job = [this, id, path = registry_.path_of(id)] {
-    const int64_t asked_at = now_ns();  // fresh from the moment it was asked, not answered
-    auto st = source_.stat_at(path);
-    if (!st.is_ok() || !S_ISREG(st.value().st_mode)) {
-      guard_.note(st.status(), path);
-      return;  // the lookup asks the source itself and reports what it finds
-    }
-    registry_.observe(id, st.value(), asked_at);
-    fresh_.put(id, st.value(), asked_at);
-    stats_ahead_.fetch_add(1, kRelaxed);
-  };
   // Demand priority: a stat is short, and it is needed within the attribute timeout.
-  stager_->try_submit(std::move(job), Stager::Priority::kDemand);
+  bool started = false;
+  try {
+    started = stager_->try_submit([this] { drain_stats_ahead(); }, Stager::Priority::kDemand);
+  } catch (const std::bad_alloc&) {
+    started = false;
+  }
+  if (!started) {
+    stats_ahead_queue_.not_started();
+  }
+}
+
+void Engine::drain_stats_ahead() {
+  for (auto batch = stats_ahead_queue_.take(); !batch.empty(); batch = stats_ahead_queue_.take()) {
+    for (const FileId id : batch) {
+      if (stager_->stopping()) {
+        return;  // the unmount: not worth a call into the source
+      }
+      if (fresh_for_open(id)) {
+        continue;  // queued twice, or looked up meanwhile
+      }
+      const std::string path = registry_.path_of(id);
+      const int64_t asked_at = now_ns();  // fresh from the moment it was asked, not answered
+      auto st = source_.stat_at(path);
+      if (!st.is_ok() || !S_ISREG(st.value().st_mode)) {
+        guard_.note(st.status(), path);
+        continue;  // the lookup asks the source itself and reports what it finds
+      }
+      registry_.observe(id, st.value(), asked_at);
+      fresh_.put(id, st.value(), asked_at);
+      stats_ahead_.fetch_add(1, kRelaxed);
+    }
+  }
 }
 
 void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path) {

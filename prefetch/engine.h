@@ -47,6 +47,7 @@
 #include "prefetch/planner.h"
 #include "prefetch/source_guard.h"
 #include "prefetch/stager.h"
+#include "prefetch/stat_batches.h"
 
 namespace epochfs::prefetch {
 
@@ -205,6 +206,11 @@ class Engine final : public PrefetchSink {
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
   // Stats cached file id on the stager, so that its lookup finds the attributes fresh.
   void stat_ahead(FileId id);
+  // A stager job: stats the queued files, a batch at a time, until none is left.
+  void drain_stats_ahead();
+  // True if id's attributes, read less than half the timeout ago, will still be fresh at its
+  // open.
+  bool fresh_for_open(FileId id);
   // The oldest read of the source an open or lookup trusts now.
   int64_t trusted_since_ns() const;
   void count_open(const OpenFile& file, const OpenOutcome& outcome);
@@ -233,6 +239,7 @@ class Engine final : public PrefetchSink {
   std::unique_ptr<cachestore::CacheStore> cache_;
   FileRegistry registry_;
   FreshAttrs fresh_;
+  StatBatches stats_ahead_queue_{16};
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
   SourceGuard guard_;                  // last: its threads may call into the planner (replan)

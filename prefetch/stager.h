@@ -46,6 +46,9 @@ class Stager {
 
   void shutdown();
 
+  // True once shutdown began: a long job ends early.
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
  private:
   const unsigned max_pending_;
   // Relaxed: only a bound on queue length; an off-by-one at the edge drops or keeps one hint.

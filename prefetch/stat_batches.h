@@ -1,0 +1,67 @@
+// StatBatches: the cached files whose attributes are read ahead of their opens (stat_ahead),
+// queued for as few stager jobs as keep up with them.
+//
+// One job per file woke a stager thread per file (four futex calls and a context switch each,
+// more than the stat itself on a local or cached source: docs/benchmarks.md). Here a job is
+// started only when none runs or the queue holds more than a batch per running job; each job
+// takes a batch at a time until the queue is empty.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+#include "cachestore/eviction_policy.h"
+#include "cachestore/sync.h"
+
+namespace epochfs::prefetch {
+
+class StatBatches {
+ public:
+  explicit StatBatches(size_t batch) : batch_(batch == 0 ? 1 : batch) {}
+
+  // Queues id. True if the caller is to start a job that calls take() until it returns
+  // nothing (or, if the job could not be started, to call not_started()).
+  bool push(cachestore::FileId id) {
+    cachestore::MutexLock lock(mu_);
+    queue_.push_back(id);
+    if (jobs_ == 0 || queue_.size() > jobs_ * batch_) {
+      ++jobs_;
+      return true;
+    }
+    return false;
+  }
+
+  // The next batch for a job; empty when the queue is, and the job then ends.
+  std::vector<cachestore::FileId> take() {
+    cachestore::MutexLock lock(mu_);
+    const size_t n = queue_.size() < batch_ ? queue_.size() : batch_;
+    std::vector<cachestore::FileId> out(queue_.begin(), queue_.begin() + n);
+    queue_.erase(queue_.begin(), queue_.begin() + n);
+    if (out.empty()) {
+      --jobs_;
+    }
+    return out;
+  }
+
+  // A job push() asked for was not started (the stager was full): the next push starts one.
+  void not_started() {
+    cachestore::MutexLock lock(mu_);
+    --jobs_;
+  }
+
+  size_t queued() const {
+    cachestore::MutexLock lock(mu_);
+    return queue_.size();
+  }
+
+ private:
+  const size_t batch_;
+  mutable cachestore::Mutex mu_;
+  std::deque<cachestore::FileId> queue_ GUARDED_BY(mu_);
+  size_t jobs_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace epochfs::prefetch

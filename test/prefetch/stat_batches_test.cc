@@ -1,0 +1,45 @@
+// StatBatches: a job is asked for only when none runs or the queue outgrows the running jobs'
+// batches; jobs take at most a batch at a time and end when the queue is empty; a job that
+// could not be started is asked for again by the next push.
+#include "prefetch/stat_batches.h"
+
+#include <catch2/catch.hpp>
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST_CASE("one job takes a whole run of pushes, a batch at a time", "[stat_batches]") {
+  StatBatches q(4);
+  CHECK(q.push(1));  // no job runs: start one
+  for (cachestore::FileId id = 2; id <= 4; ++id) {
+    CHECK_FALSE(q.push(id));  // the running job will take them
+  }
+  CHECK(q.take() == std::vector<cachestore::FileId>{1, 2, 3, 4});
+  CHECK_FALSE(q.push(5));  // the job has not ended: it takes this one too
+  CHECK(q.take() == std::vector<cachestore::FileId>{5});
+  CHECK(q.take().empty());  // the job ends
+  CHECK(q.push(6));         // so the next push starts another
+}
+
+TEST_CASE("a queue longer than the running jobs' batches asks for another job",
+          "[stat_batches]") {
+  StatBatches q(2);
+  CHECK(q.push(1));
+  CHECK_FALSE(q.push(2));
+  CHECK(q.push(3));  // 3 queued > 1 job x 2
+  CHECK_FALSE(q.push(4));
+  CHECK(q.push(5));  // 5 > 2 jobs x 2
+  CHECK(q.queued() == 5);
+}
+
+TEST_CASE("a job that could not be started is asked for by the next push", "[stat_batches]") {
+  StatBatches q(8);
+  REQUIRE(q.push(1));
+  q.not_started();  // the stager was full
+  CHECK(q.push(2));
+  CHECK(q.take() == std::vector<cachestore::FileId>{1, 2});
+  CHECK(q.take().empty());
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
