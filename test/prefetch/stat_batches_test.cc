@@ -21,8 +21,7 @@ TEST_CASE("one job takes a whole run of pushes, a batch at a time", "[stat_batch
   CHECK(q.push(6));         // so the next push starts another
 }
 
-TEST_CASE("a queue longer than the running jobs' batches asks for another job",
-          "[stat_batches]") {
+TEST_CASE("a queue longer than the running jobs' batches asks for another job", "[stat_batches]") {
   StatBatches q(2);
   CHECK(q.push(1));
   CHECK_FALSE(q.push(2));
