@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <new>
+#include <thread>
 
 #include "cachestore/log.h"
 
@@ -20,6 +21,10 @@ constexpr char kDefaultManifest[] = "default";
 constexpr int64_t kJobSweepNs = 1'000'000'000;
 constexpr int64_t kRateWindowNs = 1'000'000'000;
 constexpr auto kIdlePoll = std::chrono::milliseconds(50);
+// Passes start at most this often. Every open marks the plan dirty, and thousands come a
+// second: a pass per open woke this thread per open (a context switch each, on the cores the
+// trainer needs), while a window of hundreds of files does not need a pass a millisecond.
+constexpr auto kMinPassInterval = std::chrono::milliseconds(1);
 // Before anything was measured: a network file system's copy of a small file.
 constexpr double kInitialCopyLatencyS = 0.005;
 constexpr double kInitialFileBytes = 128 * 1024;
@@ -74,6 +79,7 @@ void Planner::run() {
       }
       dirty_ = false;
     }
+    const auto started = std::chrono::steady_clock::now();
     try {
       end_finished_jobs();
       plan_pass();
@@ -81,6 +87,7 @@ void Planner::run() {
       // Out of memory: skip this pass; the reads themselves never depend on prefetch.
       cachestore::log(LogLevel::kError, "planner: out of memory; prefetch paused for a pass");
     }
+    std::this_thread::sleep_until(started + kMinPassInterval);
   }
 }
 
