@@ -286,10 +286,11 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   return out.str();
 }
 
-std::string metrics_document(const prefetch::EngineStats& stats) {
+std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount) {
   return metrics_text(stats,
                       DataPathFigures{passthrough::active(), passthrough::opens(),
-                                      passthrough::source_opens(), passthrough::backing_files()});
+                                      passthrough::source_opens(), passthrough::backing_files()},
+                      mount);
 }
 
 }  // namespace epochfs::fusefs

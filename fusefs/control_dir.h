@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "fusefs/inode_table.h"
+#include "fusefs/metrics.h"
 #include "prefetch/engine.h"
 #include "prefetch/order_parser.h"
 
@@ -68,6 +69,6 @@ std::string stats_json(const prefetch::EngineStats& stats, const std::string& so
                        uint64_t inodes, bool implicit_opens = false);
 
 // The Prometheus text served as .epochfs/metrics and written to --metrics-file.
-std::string metrics_document(const prefetch::EngineStats& stats);
+std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount);
 
 }  // namespace epochfs::fusefs

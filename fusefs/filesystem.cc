@@ -297,7 +297,9 @@ std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t si
   return offset >= text.size() ? std::string() : text.substr(offset, size);
 }
 
-std::string Filesystem::metrics() const { return metrics_document(engine_.stats()); }
+std::string Filesystem::metrics() const {
+  return metrics_document(engine_.stats(), options_.labels);
+}
 
 void Filesystem::release(FileHandle* file) {
   if (file->upload) {

@@ -30,6 +30,7 @@
 #include "fusefs/handle_table.h"
 #include "fusefs/implicit_opens.h"
 #include "fusefs/inode_table.h"
+#include "fusefs/metrics.h"
 #include "prefetch/engine.h"
 
 namespace epochfs::fusefs {
@@ -51,6 +52,8 @@ struct FilesystemOptions {
   bool implicit_opens = false;
   // Opens kept for reads without a handle: fds held at most.
   size_t implicit_opens_kept = kImplicitOpensKept;
+  // The mount point and the source, as the metrics' labels.
+  MountLabels labels;
 };
 
 struct Entry {

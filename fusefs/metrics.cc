@@ -1,5 +1,6 @@
 #include "fusefs/metrics.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -32,6 +33,8 @@ std::string label_value(const std::string& v) {
   return out;
 }
 
+double d(uint64_t v) { return static_cast<double>(v); }
+
 std::string number(double v) {
   if (std::isinf(v)) {
     return v > 0 ? "+Inf" : "-Inf";
@@ -42,16 +45,44 @@ std::string number(double v) {
   return out.str();
 }
 
-// Writes metric families: the HELP and TYPE lines once, then each sample.
+// Writes metric families: the HELP and TYPE lines once, then each sample, every sample with
+// the mount's own labels first.
 class Exposition {
  public:
+  explicit Exposition(const MountLabels& mount)
+      : base_("mountpoint=\"" + label_value(mount.mountpoint) + "\",source=\"" +
+              label_value(mount.source) + "\"") {}
+
   void family(const char* name, const char* type, const char* help) {
     out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
     name_ = name;
   }
 
+  // labels: the sample's own, without braces (name="value",...).
   void sample(double v, const std::string& labels = "") {
-    out_ << name_ << labels << " " << number(v) << "\n";
+    out_ << name_ << '{' << base_ << (labels.empty() ? "" : ",") << labels << "} " << number(v)
+         << "\n";
+  }
+
+  // A histogram family: cumulative buckets (le), then the sum and the count.
+  void histogram(const char* name, const char* help,
+                 const prefetch::LatencyHistogram::Snapshot& h) {
+    family(name, "histogram", help);
+    const std::string base = name;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.counts.size(); ++i) {
+      cumulative += h.counts[i];
+      const bool last = i == prefetch::LatencyHistogram::kBounds.size();
+      name_ = base + "_bucket";
+      sample(d(cumulative),
+             "le=\"" +
+                 (last ? std::string("+Inf") : number(prefetch::LatencyHistogram::kBounds[i])) +
+                 "\"");
+    }
+    name_ = base + "_sum";
+    sample(h.sum_s);
+    name_ = base + "_count";
+    sample(d(h.count));
   }
 
   // A family with one unlabelled sample.
@@ -63,11 +94,10 @@ class Exposition {
   std::string text() const { return out_.str(); }
 
  private:
+  const std::string base_;
   std::ostringstream out_;
   std::string name_;
 };
-
-double d(uint64_t v) { return static_cast<double>(v); }
 
 void engine_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.one("epochfs_opens_total", "counter", "Opens of files through the mount.", d(s.opens));
@@ -94,6 +124,12 @@ void engine_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.one("epochfs_files_known", "gauge", "Files the daemon has a record of.", d(s.files_known));
   e.one("epochfs_prefetches_total", "counter", "Copies the planner started ahead of a stream.",
         d(s.prefetches));
+  e.histogram("epochfs_open_latency_seconds",
+              "Time the daemon took to answer an open (a wait for a copy in flight included).",
+              s.open_latency);
+  e.histogram("epochfs_copy_latency_seconds",
+              "Time one copy into the cache took, from its first read to its commit or abort.",
+              s.copy_latency);
 }
 
 void source_metrics(Exposition& e, const prefetch::SourceHealth& h) {
@@ -131,18 +167,18 @@ void cache_metrics(Exposition& e, const prefetch::EngineStats& s) {
         d(s.copies_dropped));
   e.one("epochfs_evictions_total", "counter", "Copies evicted for room.", d(c.evictions));
   e.family("epochfs_copies_refused_total", "counter", "Copies the cache refused, by reason.");
-  e.sample(d(c.skipped_no_room), "{reason=\"no_room\"}");
-  e.sample(d(c.bypassed), "{reason=\"bypassed\"}");
-  e.sample(d(c.skipped_suspended), "{reason=\"suspended\"}");
+  e.sample(d(c.skipped_no_room), "reason=\"no_room\"");
+  e.sample(d(c.bypassed), "reason=\"bypassed\"");
+  e.sample(d(c.skipped_suspended), "reason=\"suspended\"");
   e.one("epochfs_hung_disk_bypasses_total", "counter",
         "Opens of cached files served from the source: a cache-disk call was stuck.",
         d(c.hung_disk_bypasses));
   e.family("epochfs_copies_dropped_bad_total", "counter", "Copies dropped, by reason.");
-  e.sample(d(c.dropped_stale), "{reason=\"stale\"}");
-  e.sample(d(c.dropped_damaged), "{reason=\"damaged\"}");
+  e.sample(d(c.dropped_stale), "reason=\"stale\"");
+  e.sample(d(c.dropped_damaged), "reason=\"damaged\"");
   e.family("epochfs_cache_errors_total", "counter", "Cache-disk errors, by kind.");
-  e.sample(d(c.errors_no_space), "{kind=\"no_space\"}");
-  e.sample(d(c.errors_io), "{kind=\"io\"}");
+  e.sample(d(c.errors_no_space), "kind=\"no_space\"");
+  e.sample(d(c.errors_io), "kind=\"io\"");
 }
 
 void planner_metrics(Exposition& e, const prefetch::EngineStats& s) {
@@ -153,7 +189,6 @@ void planner_metrics(Exposition& e, const prefetch::EngineStats& s) {
         d(p.publish_failures));
   e.one("epochfs_schedule_entries", "gauge", "Order entries held.", d(p.schedule_entries));
   e.one("epochfs_schedule_bytes", "gauge", "Memory of the held orders.", d(p.schedule_bytes));
-  e.one("epochfs_copy_latency_seconds", "gauge", "Smoothed time one copy takes.", p.copy_latency_s);
 }
 
 // Per-stream families: (name, type, help, value of a stream).
@@ -179,7 +214,7 @@ constexpr StreamFamily kStreamFamilies[] = {
      [](const prefetch::StreamStats& s) { return d(s.window_files); }},
     {"epochfs_stream_rate_files_per_second", "gauge", "The stream's consumption rate.",
      [](const prefetch::StreamStats& s) { return s.rate_files_s; }},
-    {"epochfs_stream_hit_rate_bound", "gauge", "Best hit rate a cache of this size allows.",
+    {"epochfs_stream_hit_rate_bound_ratio", "gauge", "Best hit rate a cache of this size allows.",
      [](const prefetch::StreamStats& s) { return s.hit_rate_bound; }},
     {"epochfs_stream_epoch_hits", "gauge", "Hits in the stream's current epoch.",
      [](const prefetch::StreamStats& s) { return d(s.current.hits); }},
@@ -207,18 +242,19 @@ void stream_metrics(Exposition& e, const prefetch::EngineStats& s) {
   for (const auto& f : kStreamFamilies) {
     e.family(f.name, f.type, f.help);
     for (const auto& st : s.planner.streams) {
-      e.sample(f.value(st), "{stream=\"" + label_value(st.name) + "\",job=\"" +
-                                label_value(st.job) + "\",uid=\"" + std::to_string(st.uid) + "\"}");
+      e.sample(f.value(st), "stream=\"" + label_value(st.name) + "\",job=\"" + label_value(st.job) +
+                                "\",uid=\"" + std::to_string(st.uid) + "\"");
     }
   }
 }
 
 }  // namespace
 
-std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path) {
-  Exposition e;
+std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path,
+                         const MountLabels& mount) {
+  Exposition e(mount);
   e.family("epochfs_build_info", "gauge", "The daemon's version; always 1.");
-  e.sample(1, "{version=\"" EPOCHFS_VERSION "\"}");
+  e.sample(1, "version=\"" EPOCHFS_VERSION "\"");
   engine_metrics(e, stats);
   source_metrics(e, stats.source);
   cache_metrics(e, stats);
@@ -260,8 +296,12 @@ void MetricsFileWriter::run() {
       wake_.wait_for(period_);  // an early wake-up only writes the file sooner
     }
     if (stopping_) {
-      return;
+      break;
     }
+  }
+  // Gone with the mount: a file left behind would show frozen figures as if they were live.
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
+    cachestore::log(LogLevel::kWarning, "cannot remove the metrics file %s: %m", path_.c_str());
   }
 }
 

@@ -1,10 +1,12 @@
 // Prometheus metrics: the daemon's statistics in the text exposition format (version 0.0.4),
 // served as <mount>/.epochfs/metrics and written to --metrics-file for node_exporter's
 // textfile collector. Names start with `epochfs_`, carry their unit, and counters end in
-// `_total`; per-stream series carry a `stream` label. docs/stats.md lists every metric.
+// `_total`; every series carries the mount's `mountpoint` and `source` labels (two mounts on a
+// node write distinct series), per-stream series a `stream` label too. docs/stats.md lists
+// every metric.
 //
 // MetricsFileWriter rewrites the file every few seconds, atomically (a temporary file renamed
-// over it), so a collector never reads half a file.
+// over it), so a collector never reads half a file, and removes it when the mount ends.
 //
 // Thread-safety: metrics_text is a pure function; the writer owns its thread.
 #pragma once
@@ -26,11 +28,18 @@ struct DataPathFigures {
   uint64_t backing_files = 0;
 };
 
-std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path);
+// The labels every series of one mount carries.
+struct MountLabels {
+  std::string mountpoint;
+  std::string source;
+};
+
+std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path,
+                         const MountLabels& mount);
 
 class MetricsFileWriter {
  public:
-  // Writes make() to path every period until destroyed (and once more then).
+  // Writes make() to path every period until destroyed, then removes path.
   MetricsFileWriter(std::string path, std::function<std::string()> make,
                     std::chrono::milliseconds period);
   ~MetricsFileWriter();

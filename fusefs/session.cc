@@ -184,6 +184,7 @@ int run_mount(const MountOptions& options) {
   }
   FilesystemOptions fs_options = o.fs;
   fs_options.implicit_opens = o.data_path == DataPath::kNoOpen;
+  fs_options.labels = MountLabels{o.mountpoint, o.source};
   Filesystem fs(std::move(source).value(), root_st.value(), fs_options, std::move(cache), o.engine);
 
   FuseArgs arg_strings;

@@ -251,6 +251,8 @@ Result<std::string> Engine::read_source(const OpenFile& file, int fd, size_t siz
 }
 
 Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener) {
+  const int64_t start = now_ns();
+  OnExit timed([&] { open_latency_.record(now_ns() - start); });
   opens_.fetch_add(1, kRelaxed);
   if (!cache_) {
     return open_source(0, rel_path, true);
@@ -313,6 +315,11 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
     }
   }
   return file;
+}
+
+void Engine::copy_finished(int64_t latency_ns, uint64_t bytes) {
+  copy_latency_.record(latency_ns);
+  planner_->copy_finished(latency_ns, bytes);
 }
 
 void Engine::count_open(const OpenFile& file, const OpenOutcome& outcome) {
@@ -514,7 +521,7 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   const int64_t start = now_ns();
   const auto size = static_cast<uint64_t>(file.value().version.size);
   stage(id, rel_path, std::move(file.value().fd), file.value().version);
-  planner_->copy_finished(now_ns() - start, size);
+  copy_finished(now_ns() - start, size);
 }
 
 bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {
@@ -530,7 +537,7 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
     OnExit ended([&] { end_flight(id); });
     const int64_t start = now_ns();
     stage(id, path, std::move(*fd), version);
-    planner_->copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
+    copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
   };
   if (!stager_->try_submit(std::move(job))) {
     copies_dropped_.fetch_add(1, kRelaxed);
@@ -629,6 +636,8 @@ EngineStats Engine::stats() const {
   s.stall_ns = stall_ns_.load(kRelaxed);
   s.waits_abandoned = waits_abandoned_.load(kRelaxed);
   s.prefetches = prefetches_.load(kRelaxed);
+  s.open_latency = open_latency_.snapshot();
+  s.copy_latency = copy_latency_.snapshot();
   s.planner = planner_->stats();
   s.copies_queued = stager_ ? stager_->pending() : 0;
   s.cache_enabled = cache_ != nullptr;

@@ -42,6 +42,7 @@
 #include "cachestore/unique_fd.h"
 #include "prefetch/file_registry.h"
 #include "prefetch/fresh_attrs.h"
+#include "prefetch/latency_histogram.h"
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
 #include "prefetch/planner.h"
@@ -100,10 +101,12 @@ struct EngineStats {
   uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t files_known = 0;
-  uint64_t waits = 0;            // opens that waited for a copy in flight
-  uint64_t stall_ns = 0;         // time those opens waited
-  uint64_t waits_abandoned = 0;  // of those, gave up on a copy that made no progress
-  uint64_t prefetches = 0;       // copies the planner started
+  uint64_t waits = 0;                       // opens that waited for a copy in flight
+  uint64_t stall_ns = 0;                    // time those opens waited
+  uint64_t waits_abandoned = 0;             // of those, gave up on a copy that made no progress
+  uint64_t prefetches = 0;                  // copies the planner started
+  LatencyHistogram::Snapshot open_latency;  // of open_file, hits and misses
+  LatencyHistogram::Snapshot copy_latency;  // of copies into the cache, from the source's open
   bool cache_enabled = false;
   SourceHealth source;
   std::string cache_dir;
@@ -214,6 +217,8 @@ class Engine final : public PrefetchSink {
   // The oldest read of the source an open or lookup trusts now.
   int64_t trusted_since_ns() const;
   void count_open(const OpenFile& file, const OpenOutcome& outcome);
+  // A copy ended (made or not) latency_ns after it began: the histogram and the planner.
+  void copy_finished(int64_t latency_ns, uint64_t bytes);
 
   // Flights: copies in progress, one per file at most. A reader claims a file's flight before
   // reading it from the source (claim_flight): it gets a new flight, or takes over a prefetch
@@ -258,6 +263,8 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> stall_ns_{0};
   std::atomic<uint64_t> waits_abandoned_{0};
   std::atomic<uint64_t> prefetches_{0};
+  LatencyHistogram open_latency_;
+  LatencyHistogram copy_latency_;
 
   struct Flight {
     bool prefetch = false;  // a prefetch copy (counted against the planner's slots)

@@ -1,6 +1,7 @@
 // Watching a mount, on real mounts: .epochfs/metrics and --metrics-file parse as Prometheus's
-// text exposition format (every sample under a TYPE line, names epochfs_*, counters *_total)
-// and agree with .epochfs/stats; `epochfs stats --watch` redraws a live view on a terminal
+// text exposition format (every sample under a TYPE line, names epochfs_*, counters *_total,
+// every sample labelled with the mount point and source) and agree with .epochfs/stats; the
+// metrics file goes with the mount; `epochfs stats --watch` redraws a live view on a terminal
 // (a pseudo-terminal made by script(1)) and prints plain lines elsewhere.
 #include <stdio.h>
 
@@ -25,11 +26,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Samples by name with labels ("epochfs_stream_epoch{stream=\"default\"}"); a failed check
-// for any line that is not valid exposition text.
-std::map<std::string, double> parse_prometheus(const std::string& text) {
+// Samples by name with their own labels ("epochfs_stream_epoch{stream=\"default\"}"), the
+// mount's labels (mountpoint and source) checked on every sample and left out of the key; a
+// failed check for any line that is not valid exposition text.
+std::map<std::string, double> parse_prometheus(const std::string& text, const std::string& mnt,
+                                               const std::string& src) {
+  const std::string mount_labels = "{mountpoint=\"" + mnt + "\",source=\"" + src + "\"";
   static const std::regex kHelp(R"(# HELP (epochfs_[a-z0-9_]+) \S.*)");
-  static const std::regex kType(R"(# TYPE (epochfs_[a-z0-9_]+) (counter|gauge))");
+  static const std::regex kType(R"(# TYPE (epochfs_[a-z0-9_]+) (counter|gauge|histogram))");
+  static const std::regex kHistogramPart(R"((epochfs_[a-z0-9_]+)_(bucket|sum|count))");
   static const std::regex kSample(
       R"re((epochfs_[a-z0-9_]+)(\{[a-z_]+="(?:\\.|[^"\\])*"(?:,[a-z_]+="(?:\\.|[^"\\])*")*\})? (\S+))re");
   std::map<std::string, double> samples;
@@ -52,9 +57,17 @@ std::map<std::string, double> parse_prometheus(const std::string& text) {
       continue;
     }
     REQUIRE(std::regex_match(line, m, kSample));
-    CHECK(types.count(m[1]) == 1);  // its family was declared before it
+    std::smatch part;
+    const std::string name = m[1];
+    const bool in_histogram = std::regex_match(name, part, kHistogramPart) &&
+                              types.count(part[1]) == 1 && types[part[1]] == "histogram";
+    CHECK((types.count(name) == 1 || in_histogram));  // its family was declared before it
+    const std::string labels = m[2];
+    REQUIRE(labels.rfind(mount_labels, 0) == 0);
+    std::string own = labels.substr(mount_labels.size());  // "}" or ",name=...}"
+    own = own == "}" ? "" : "{" + own.substr(1);
     const std::string value = m[3];
-    samples[std::string(m[1]) + std::string(m[2])] =
+    samples[std::string(m[1]) + own] =
         value == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(value);
   }
   return samples;
@@ -82,7 +95,7 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
   read_all(mount, 10);
   auto text = read_file(mount / ".epochfs/metrics");
   REQUIRE(text.has_value());
-  const auto m = parse_prometheus(*text);
+  const auto m = parse_prometheus(*text, mount.path(), dir / "src");
   const auto metric = [&](const std::string& key) {
     INFO(key);
     REQUIRE(m.count(key) == 1);
@@ -112,6 +125,12 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
         stat_of(mount, "prefetch.streams.default.total.opens"));
   CHECK(metric("epochfs_data_path_passthrough") >= 0);
   CHECK(metric("epochfs_cache_errors_total{kind=\"io\"}") == 0);
+  // Every open is in the open latency histogram's last (+Inf) bucket, and in its count.
+  CHECK(metric("epochfs_open_latency_seconds_bucket{le=\"+Inf\"}") == 20);
+  CHECK(metric("epochfs_open_latency_seconds_count") == 20);
+  CHECK(metric("epochfs_open_latency_seconds_bucket{le=\"0.0001\"}") <= 20);
+  CHECK(metric("epochfs_copy_latency_seconds_count") ==
+        metric("epochfs_copy_latency_seconds_bucket{le=\"+Inf\"}"));
 }
 
 TEST_CASE("the metrics file is written at once and rewritten as the figures change",
@@ -125,7 +144,7 @@ TEST_CASE("the metrics file is written at once and rewritten as the figures chan
     if (!text) {
       return -1;
     }
-    const auto m = parse_prometheus(*text);
+    const auto m = parse_prometheus(*text, mount.path(), dir / "src");
     return m.count("epochfs_opens_total") ? m.at("epochfs_opens_total") : -1;
   };
   for (int i = 0; i < 100 && opens_in_file() < 0; ++i) {
@@ -139,6 +158,27 @@ TEST_CASE("the metrics file is written at once and rewritten as the figures chan
   }
   CHECK(opens_in_file() == 5);
   CHECK_FALSE(fs::exists(file + ".tmp"));
+  // The mount ends, and its figures with it: node_exporter shows no frozen series.
+  REQUIRE(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+  CHECK(mount.wait_exit() == 0);
+  CHECK_FALSE(fs::exists(file));
+}
+
+TEST_CASE("two mounts' metrics are distinct series", "[mount][metrics]") {
+  TempDir dir;
+  write_files(dir / "a", 2, 1000);
+  write_files(dir / "b", 2, 1000);
+  Mount first(dir / "a", dir / "mnt-a");
+  Mount second(dir / "b", dir / "mnt-b");
+  read_all(first, 2);
+  const auto a =
+      parse_prometheus(read_file(first / ".epochfs/metrics").value_or(""), first.path(), dir / "a");
+  const auto b = parse_prometheus(read_file(second / ".epochfs/metrics").value_or(""),
+                                  second.path(), dir / "b");
+  REQUIRE(a.count("epochfs_opens_total") == 1);
+  REQUIRE(b.count("epochfs_opens_total") == 1);
+  CHECK(a.at("epochfs_opens_total") == 2);
+  CHECK(b.at("epochfs_opens_total") == 0);
 }
 
 namespace {

@@ -473,7 +473,8 @@ TEST_CASE("the CLI tells its version and answers a mistyped command as one", "[m
   REQUIRE(doc.has_value());
   CHECK(doc->values["version"] == EPOCHFS_VERSION);
   CHECK(contains(read_file(mount / ".epochfs/metrics").value_or(""),
-                 std::string("epochfs_build_info{version=\"") + EPOCHFS_VERSION + "\"} 1"));
+                 ",version=\"" + std::string(EPOCHFS_VERSION) + "\"} 1"));
+  CHECK(contains(read_file(mount / ".epochfs/metrics").value_or(""), "epochfs_build_info{"));
 }
 
 }  // namespace epochfs::test
