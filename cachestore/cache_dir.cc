@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -224,7 +223,7 @@ void CacheDir::remove_trash() const {
   // best-effort I/O priority, so that readers and copies win the CPU and the disk. Failures
   // are harmless.
   // Named, so that a test can see when it has finished (/proc/<pid>/task/*/comm).
-  ::prctl(PR_SET_NAME, "epochfs-cleaner", 0, 0, 0);
+  name_this_thread("epochfs-cleaner");
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
   ::setpriority(PRIO_PROCESS, tid, kRemoverNice);
   ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),

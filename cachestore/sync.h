@@ -5,6 +5,8 @@
 // away. Modelled on leveldb port/thread_annotations.h and mountpoint-s3 src/sync.rs.
 #pragma once
 
+#include <sys/prctl.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -29,6 +31,10 @@
 #define NO_THREAD_SAFETY_ANALYSIS EPOCHFS_THREAD_ANNOTATION(no_thread_safety_analysis)
 
 namespace epochfs::cachestore {
+
+// Names the calling thread (at most 15 characters), as `top -H`, perf and
+// /proc/<pid>/task/*/comm show it: an operator sees which of the daemon's threads is busy.
+inline void name_this_thread(const char* name) { ::prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 // The monotonic clock, in nanoseconds, that every timeout and age in epochfs is measured on.
 inline int64_t now_ns() {

@@ -101,6 +101,7 @@ bool Pool::start_worker() {
 }
 
 void Pool::work(Worker* w) {
+  cachestore::name_this_thread("epochfs-fuse");
   fuse_buf buf = {};
   for (;;) {
     // `waiting` is set before `stopping_` is read and cleared before it is read again, so the

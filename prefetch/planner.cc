@@ -68,6 +68,7 @@ void Planner::stop() {
 }
 
 void Planner::run() {
+  cachestore::name_this_thread("epochfs-plan");
   while (true) {
     {
       MutexLock lock(mu_);

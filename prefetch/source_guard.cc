@@ -102,6 +102,7 @@ struct SourceGuard::Shared {
 };
 
 void SourceGuard::Shared::serve(std::atomic<bool>* busy_flag) {
+  cachestore::name_this_thread("epochfs-guard");
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -346,6 +347,7 @@ void SourceGuard::mark_up() {
 }
 
 void SourceGuard::probe_loop() {
+  cachestore::name_this_thread("epochfs-probe");
   std::shared_ptr<Job> probe;
   for (;;) {
     bool probing;  // the last probe is still stuck in the source

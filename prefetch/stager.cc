@@ -20,6 +20,7 @@ constexpr int kIoprioLowest = 7;
 constexpr int kIoprioClassShift = 13;
 
 bool lower_thread_priority() {
+  cachestore::name_this_thread("epochfs-stage");
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
   ::setpriority(PRIO_PROCESS, tid, kStagerNice);
   ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -496,6 +497,27 @@ TEST_CASE("epochfs clean removes what dead mounts left, nothing live, nothing el
   const CommandResult again = run_epochfs({"clean", "--cache-dir", cache});
   CHECK(again.exit_code == 0);
   CHECK(lines_with(again.output, "removed 0 directories") == 1);
+}
+
+TEST_CASE("the daemon's threads are named for their role", "[mount][lifecycle]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 10000);
+  Mount mount(dir / "src", dir / "mnt");
+  REQUIRE(read_file(mount / "f0").has_value());  // a miss: a copy on the stager
+  std::set<std::string> names;
+  const std::string tasks = "/proc/" + std::to_string(mount.pid()) + "/task";
+  for (int i = 0; i < 200 && names.count("epochfs-stage") == 0; ++i) {
+    std::error_code ec;
+    for (const auto& t : fs::directory_iterator(tasks, ec)) {
+      std::string comm = read_file(t.path() / "comm").value_or("");
+      names.insert(comm.substr(0, comm.find('\n')));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  INFO(names.size());
+  CHECK(names.count("epochfs-fuse") == 1);
+  CHECK(names.count("epochfs-plan") == 1);
+  CHECK(names.count("epochfs-stage") == 1);
 }
 
 }  // namespace epochfs::test
