@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The Debian package as an operator uses it: built by CPack from this build directory,
+# installed with dpkg, its files where a node needs them (the binary, mount(8)'s helper link,
+# the Python package, the deployment examples), a mount made by mount(8) through the helper
+# (as an fstab line or a systemd .mount unit does), a file read through it, the unmount, and
+# the removal. Needs root and dpkg; exits 77 (skipped) without them, or when an epochfs
+# package is installed on this machine already (the test does not replace it).
+#   package_test.sh BUILD_DIR
+set -euo pipefail
+build=$1
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAILED: $*"; exit 1; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (dpkg -i)"
+command -v dpkg >/dev/null && command -v cpack >/dev/null || skip "needs dpkg and cpack"
+if dpkg-query -W -f='${Status}' epochfs 2>/dev/null | grep -q "ok installed"; then
+  skip "an epochfs package is installed on this machine"
+fi
+
+work=$(mktemp -d)
+installed=0
+cleanup() {
+  mountpoint -q "$work/mnt" && umount -l "$work/mnt"
+  ((installed)) && dpkg -r epochfs >/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cpack --config "$build/CPackConfig.cmake" -B "$work/pkg" >/dev/null
+deb=$(ls "$work"/pkg/epochfs_*.deb)
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "Depends: $depends"
+[[ "$depends" != *xxhash* ]] || fail "the package depends on libxxhash"
+
+dpkg -i "$deb" >/dev/null
+installed=1
+/usr/bin/epochfs --version | grep -q "$(dpkg-deb -f "$deb" Version)" || fail "epochfs --version"
+[ "$(readlink -f /usr/sbin/mount.fuse.epochfs)" = /usr/bin/epochfs ] || fail "no mount helper link"
+[ -f /usr/share/doc/epochfs/examples/epochfs.fstab ] || fail "no fstab example"
+# Debian's python3 finds the package with no PYTHONPATH, from anywhere.
+module=$(cd / && env -u PYTHONPATH /usr/bin/python3 -c 'import epochfs; print(epochfs.__file__)')
+[[ "$module" == /usr/lib/python3/dist-packages/epochfs/* ]] || fail "python: $module"
+
+mkdir -p "$work/src/sub" "$work/mnt"
+head -c 300000 /dev/urandom >"$work/src/sub/a.bin"
+mount -t fuse.epochfs "$work/src" "$work/mnt" -o "cache_dir=$work/cache"
+grep -q " $work/mnt fuse.epochfs " /proc/mounts || fail "not mounted as fuse.epochfs"
+cmp "$work/src/sub/a.bin" "$work/mnt/sub/a.bin" || fail "the bytes read differ"
+grep -q '"opens": 1' "$work/mnt/.epochfs/stats" || fail "the stats do not count the open"
+umount "$work/mnt"
+for _ in $(seq 100); do pgrep -f "epochfs.*$work/mnt" >/dev/null || break; sleep 0.1; done
+! pgrep -f "epochfs.*$work/mnt" >/dev/null || fail "the daemon outlived its unmount"
+
+dpkg -r epochfs >/dev/null
+installed=0
+[ ! -e /usr/bin/epochfs ] && [ ! -e /usr/sbin/mount.fuse.epochfs ] || fail "dpkg -r left files"
+echo "the package installed, mounted, read, unmounted and was removed"
