@@ -5,11 +5,13 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cachestore/log.h"
+#include "tools/cli_docs.h"
 #include "tools/commands.h"
 #include "tools/mount_helper.h"
 #include "tools/mount_table.h"
@@ -229,13 +231,13 @@ int run(int argc, char** argv) {
   std::string unmount_path;
   bool lazy = false;
   auto* unmount = app.add_subcommand("unmount", "Unmount an epochfs mount");
-  unmount->add_option("mountpoint", unmount_path)->required();
+  unmount->add_option("mountpoint", unmount_path, "The epochfs mount to unmount")->required();
   unmount->add_flag("-l,--lazy", lazy, "Detach now; finish when the last file is closed");
 
   std::string stats_path;
   bool stats_json = false;
   auto* stats = app.add_subcommand("stats", "Show a mount's statistics");
-  stats->add_option("mountpoint", stats_path)->required();
+  stats->add_option("mountpoint", stats_path, "An epochfs mount")->required();
   stats->add_flag("--json", stats_json, "Print the raw JSON document");
   bool stats_watch = false;
   unsigned watch_count = 0;
@@ -247,7 +249,7 @@ int run(int argc, char** argv) {
 
   std::string verify_path;
   auto* verify = app.add_subcommand("verify", "Check every cached copy against its hash");
-  verify->add_option("mountpoint", verify_path)->required();
+  verify->add_option("mountpoint", verify_path, "An epochfs mount")->required();
 
   epochfs::tools::DoctorOptions doctor;
   std::string doctor_size;
@@ -273,7 +275,8 @@ int run(int argc, char** argv) {
   epochfs::tools::PublishOptions publish;
   auto* publish_cmd =
       app.add_subcommand("publish", "Publish a shuffle order (or a manifest) to a mount");
-  publish_cmd->add_option("mountpoint", publish.mountpoint)->required();
+  publish_cmd->add_option("mountpoint", publish.mountpoint, "The epochfs mount to publish to")
+      ->required();
   publish_cmd->add_option("file", publish.file, "Shuffle file: one path or index per line")
       ->required();
   publish_cmd->add_option("--epoch", publish.epoch, "Epoch number (overrides the file's)");
@@ -286,11 +289,13 @@ int run(int argc, char** argv) {
   auto* bench_cmd = app.add_subcommand(
       "bench", "A trainer over emulated shared storage, every strategy side by side");
   bench_cmd->add_option("--dir", bench.dir, "Work directory (default: a new temporary one)");
-  bench_cmd->add_option("--files", bench.files)->check(CLI::Range(size_t{1}, size_t{10'000'000}));
+  bench_cmd->add_option("--files", bench.files, "Files in the emulated dataset")
+      ->check(CLI::Range(size_t{1}, size_t{10'000'000}));
   bench_cmd->add_option("--mean-kb", bench.mean_kb, "Mean file size")->check(CLI::Range(1.0, 1e6));
-  bench_cmd->add_option("--epochs", bench.epochs)->check(CLI::Range(size_t{1}, size_t{100}));
-  bench_cmd->add_option("--seed", bench.seed);
-  bench_cmd->add_option("--batch", bench.trainer.batch)
+  bench_cmd->add_option("--epochs", bench.epochs, "Epochs to train")
+      ->check(CLI::Range(size_t{1}, size_t{100}));
+  bench_cmd->add_option("--seed", bench.seed, "Seed of the dataset and the shuffles");
+  bench_cmd->add_option("--batch", bench.trainer.batch, "Samples per mini-batch")
       ->check(CLI::Range(size_t{1}, size_t{65536}));
   bench_cmd->add_option("--workers", bench.trainer.workers, "Loader threads")
       ->check(CLI::Range(1, 256));
@@ -317,7 +322,8 @@ int run(int argc, char** argv) {
                    "Cache sizes for lru and epochfs, as fractions of the dataset (1,0.5)")
       ->delimiter(',')
       ->check(CLI::Range(0.01, 1.0));
-  bench_cmd->add_option("--stage-threads", bench.stage_threads)->check(CLI::Range(1, 1024));
+  bench_cmd->add_option("--stage-threads", bench.stage_threads, "epochfs mount --stage-threads")
+      ->check(CLI::Range(1, 1024));
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_option("--plot", bench.plot, "And plot samples/s per epoch to this PNG (gnuplot)");
   bench_cmd->add_option("--scenarios", bench.scenarios, "ideal,direct,lru,copy,epochfs")
@@ -329,7 +335,8 @@ int run(int argc, char** argv) {
       "bench-policy", "Hit rates of the eviction policies on shuffled epochs (simulation)");
   bench_policy_cmd->add_option("--files", bench_policy.files, "Files in the dataset")
       ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
-  bench_policy_cmd->add_option("--epochs", bench_policy.epochs)->check(CLI::Range(2, 100));
+  bench_policy_cmd->add_option("--epochs", bench_policy.epochs, "Epochs to simulate")
+      ->check(CLI::Range(2, 100));
   bench_policy_cmd
       ->add_option("--cache", bench_policy.fractions, "Cache sizes as fractions of the dataset")
       ->delimiter(',')
@@ -362,6 +369,15 @@ int run(int argc, char** argv) {
   demo_cmd->add_option("--mount-arg", demo.mount_args, "Extra argument for epochfs mount")
       ->allow_extra_args(false);
 
+  // The man page and the completion script, from the definitions above (tools/cli_docs.h).
+  if (argc == 2 && std::string_view(argv[1]) == "--man") {
+    fputs(epochfs::tools::man_page(app).c_str(), stdout);
+    return 0;
+  }
+  if (argc == 2 && std::string_view(argv[1]) == "--bash-completion") {
+    fputs(epochfs::tools::bash_completion(app).c_str(), stdout);
+    return 0;
+  }
   // From /etc/fstab (tools/mount_helper.h): parse the `epochfs mount` line it stands for.
   std::vector<std::string> helper_args;
   std::vector<char*> helper_argv;

@@ -457,6 +457,33 @@ TEST_CASE("the shipped Slurm epilog removes a dead mount's cache and no live one
   CHECK(fs::is_empty(dir / "cache"));
 }
 
+TEST_CASE("the man page and the completion list every command and option", "[mount][system]") {
+  const CommandResult man = run_epochfs({"--man"});
+  CHECK(man.exit_code == 0);
+  CHECK(man.output.rfind(".TH EPOCHFS 1", 0) == 0);
+  for (const char* section : {"epochfs mount SOURCE MOUNTPOINT", "epochfs unmount MOUNTPOINT",
+                              "epochfs stats", "epochfs publish", "epochfs doctor"}) {
+    CHECK(contains(man.output, ".SS \"" + std::string(section)));
+  }
+  CHECK(contains(man.output, ".BI \"\\-\\-cache\\-dir \" TEXT"));
+  CHECK(contains(man.output, "\\-\\-outage\\-wait"));
+  // The completion script, as bash runs it for `epochfs mount --cache-d<TAB>`.
+  TempDir dir;
+  const CommandResult script = run_epochfs({"--bash-completion"});
+  REQUIRE(script.exit_code == 0);
+  { std::ofstream(dir / "completion.bash") << script.output; }
+  const auto complete = [&](const std::string& words, int cword) {
+    return run_command({"bash", "-c",
+                        "source " + dir / "completion.bash" + "; COMP_WORDS=(" + words +
+                            "); COMP_CWORD=" + std::to_string(cword) +
+                            "; _epochfs; echo \"${COMPREPLY[*]}\""})
+        .output;
+  };
+  CHECK(complete("epochfs mount --cache-d", 2) == "--cache-dir\n");
+  CHECK(complete("epochfs sta", 1) == "stats\n");
+  CHECK(complete("epochfs unmount --l", 2) == "--lazy\n");
+}
+
 TEST_CASE("the CLI tells its version and answers a mistyped command as one", "[mount][system]") {
   const CommandResult version = run_epochfs({"--version"});
   CHECK(version.exit_code == 0);

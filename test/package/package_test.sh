@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Debian package as an operator uses it: built by CPack from this build directory,
 # installed with dpkg, its files where a node needs them (the binary, mount(8)'s helper link,
-# the Python package, the deployment examples), a mount made by mount(8) through the helper
+# the man page, the bash completion, the Python package, the deployment examples), a mount made by mount(8) through the helper
 # (as an fstab line or a systemd .mount unit does), a file read through it, the unmount, and
 # the removal. Needs root and dpkg; exits 77 (skipped) without them, or when an epochfs
 # package is installed on this machine already (the test does not replace it).
@@ -37,6 +37,8 @@ installed=1
 /usr/bin/epochfs --version | grep -q "$(dpkg-deb -f "$deb" Version)" || fail "epochfs --version"
 [ "$(readlink -f /usr/sbin/mount.fuse.epochfs)" = /usr/bin/epochfs ] || fail "no mount helper link"
 [ -f /usr/share/doc/epochfs/examples/epochfs.fstab ] || fail "no fstab example"
+grep -q '^.TH EPOCHFS 1' /usr/share/man/man1/epochfs.1 || fail "no man page"
+grep -q 'complete .* epochfs' /usr/share/bash-completion/completions/epochfs || fail "no completion"
 # Debian's python3 finds the package with no PYTHONPATH, from anywhere.
 module=$(cd / && env -u PYTHONPATH /usr/bin/python3 -c 'import epochfs; print(epochfs.__file__)')
 [[ "$module" == /usr/lib/python3/dist-packages/epochfs/* ]] || fail "python: $module"
