@@ -45,15 +45,19 @@ import torch.utils.data
 
 import epochfs
 
-__all__ = ["DistributedPublishingSampler", "PublishingSampler", "dataset_paths"]
+__all__ = ["DistributedPublishingSampler", "PublishingBatchSampler", "PublishingSampler",
+           "dataset_paths"]
 
 
 def dataset_paths(dataset):
     """The file of every sample of ``dataset``, by index.
 
     Works with ``ImageFolder``/``DatasetFolder`` (``dataset.samples``), datasets with
-    ``imgs`` or ``paths``, and ``Subset`` of those.
+    ``imgs`` or ``paths``, and ``Subset`` and ``ConcatDataset`` of those.
     """
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        # Its index i is the i-th sample of its datasets one after the other.
+        return [p for part in dataset.datasets for p in dataset_paths(part)]
     if isinstance(dataset, torch.utils.data.Subset):
         inner = dataset_paths(dataset.dataset)
         return [inner[i] for i in dataset.indices]
@@ -245,6 +249,11 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
+    # The wrapped sampler's generator, read and set through the wrapper: Hugging Face
+    # Accelerate synchronises ``sampler.generator`` between processes.
+    generator = property(lambda self: getattr(self.sampler, "generator", None),
+                         lambda self, g: setattr(self.sampler, "generator", g))
+
     def __iter__(self):
         order = list(iter(self.sampler))
         ahead = self._ahead
@@ -275,6 +284,50 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
 
     def __len__(self):
         return len(self.sampler)
+
+
+class PublishingBatchSampler(_Names, torch.utils.data.Sampler):
+    """Wraps a batch sampler, one that yields lists of indices (``BatchSampler``, or a grouped
+    or length-bucketed sampler of a detection or language model): at each ``__iter__`` it
+    materialises the epoch's batches, publishes their indices in the order the loader will
+    read them, and yields exactly those batches. For ``DataLoader(batch_sampler=...)``.
+
+    ``paths``, ``stream``, ``strict``, ``set_epoch`` and the read-only attributes as for
+    :class:`PublishingSampler`; ``sampler`` and ``generator`` are the wrapped batch sampler's
+    own sampler and its generator. Each epoch is published when it is drawn, not ahead: a
+    batch sampler may shuffle on its own, so its next draw is not known before it is made.
+    """
+
+    def __init__(self, batch_sampler, data_dir, paths, *, stream=None, strict=None):
+        self.batch_sampler = batch_sampler
+        self.epoch = 0
+        self._explicit_epoch = False
+        self._publisher = _Publisher(data_dir, paths, stream=stream, strict=strict)
+
+    sampler = property(lambda self: getattr(self.batch_sampler, "sampler", None))
+    generator = property(lambda self: getattr(self.sampler, "generator", None))
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self._explicit_epoch = True
+        for inner in (self.batch_sampler, self.sampler):
+            if hasattr(inner, "set_epoch"):
+                inner.set_epoch(epoch)
+                break
+
+    def __iter__(self):
+        # A generator, as BatchSampler's is: the DataLoader (torch 1.13, with workers) calls
+        # iter() twice at an epoch's start and drops the first iterator unstarted, which must
+        # then draw and publish nothing.
+        batches = [list(batch) for batch in self.batch_sampler]
+        self._publisher.publish(self.epoch, [i for batch in batches for i in batch], again=True)
+        if not self._explicit_epoch:
+            self.epoch += 1
+        self._explicit_epoch = False
+        yield from batches
+
+    def __len__(self):
+        return len(self.batch_sampler)
 
 
 class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):

@@ -308,3 +308,48 @@ def test_a_wrapper_set_to_a_later_epoch_drops_the_one_published_ahead(mount):
     stream = mount.stream("train")
     assert stream["restarts"] == 1
     assert epoch_record(stream, 5)["opens"] == len(paths)
+
+
+# Batch samplers, ConcatDataset, and the generator Accelerate synchronises.
+
+def test_a_batch_sampler_publishes_the_order_its_batches_are_read_in(mount, monkeypatch):
+    published = spy_on_publish(monkeypatch)
+    data, ds, paths = train_set(mount)
+    batches = torch.utils.data.BatchSampler(seeded(ds), batch_size=8, drop_last=False)
+    ours = epochfs.torch.PublishingBatchSampler(
+        torch.utils.data.BatchSampler(seeded(ds), batch_size=8, drop_last=False), data, paths,
+        strict=True)
+    assert len(ours) == len(batches)
+    assert ours.generator is ours.sampler.generator
+    loader = DataLoader(ds, batch_sampler=ours, num_workers=2)
+    for epoch in range(2):
+        expected = list(batches)
+        read = loader_paths(loader)
+        order = [i for batch in expected for i in batch]
+        assert read == [paths[i] for i in order]
+        assert dict(published)[epoch] == order
+    assert [e for e, _ in published] == [0, 1]
+    assert epoch_record(mount.stream("train"), 1)["opens"] == len(paths)
+
+
+def test_a_concat_dataset_publishes_the_files_of_its_parts(mount, monkeypatch):
+    published = spy_on_publish(monkeypatch)
+    data = os.path.join(mount.path, "train")
+    parts = [path_folder(data), path_folder(data)]
+    ds = torch.utils.data.ConcatDataset(parts)
+    paths = epochfs.torch.dataset_paths(ds)
+    assert paths == epochfs.torch.dataset_paths(parts[0]) * 2
+    sampler = epochfs.torch.PublishingSampler(seeded(ds), data, paths, strict=True)
+    loader = DataLoader(ds, sampler=sampler, batch_size=8)
+    assert loader_paths(loader) == [paths[i] for i in published[0][1]]
+
+
+def test_the_wrapped_samplers_generator_is_read_and_set_through_the_wrapper(mount):
+    data, ds, paths = train_set(mount)
+    inner = seeded(ds)
+    ours = epochfs.torch.PublishingSampler(inner, data, paths, strict=True)
+    assert ours.generator is inner.generator
+    g = torch.Generator().manual_seed(11)
+    ours.generator = g
+    assert inner.generator is g
+    assert list(ours) == list(RandomSampler(ds, generator=torch.Generator().manual_seed(11)))
