@@ -37,6 +37,7 @@ while the current one runs, wherever the order is known ahead: always for
 order published ahead is not published again when its epoch starts.
 """
 
+import itertools
 import os
 import threading
 import warnings
@@ -214,6 +215,10 @@ class _Names:
     publish_failures = property(lambda self: self._publisher.publish_failures)
 
 
+# Indices per published window of a sampler that never ends (PublishingSampler's window).
+DEFAULT_WINDOW = 8192
+
+
 class PublishingSampler(_Names, torch.utils.data.Sampler):
     """Wraps any sampler: at each ``__iter__`` it materialises the epoch's order, publishes
     it, and yields exactly the indices the wrapped sampler yields.
@@ -231,17 +236,29 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
     ``<mount>/train``), or ``stream`` if given. ``strict``: raise when publishing fails
     instead of warning once (default: ``EPOCHFS_STRICT=1`` in the environment).
     ``job``, ``stream``, ``manifest`` and ``publish_failures`` are read-only attributes.
+
+    A sampler with no ``__len__`` never ends (iteration-based training: Detectron2's
+    ``TrainingSampler``, mmengine's ``InfiniteSampler``): its indices are published in windows
+    of ``window`` indices (default ``DEFAULT_WINDOW``), each window as the next epoch and the
+    one after it ahead, as the loader takes them. ``window=N`` does the same for any sampler.
     """
 
-    def __init__(self, sampler, data_dir, paths, *, stream=None, strict=None):
+    def __init__(self, sampler, data_dir, paths, *, stream=None, strict=None, window=None):
         self.sampler = sampler
         self.epoch = 0
         self._explicit_epoch = False
         self._publisher = _Publisher(data_dir, paths, stream=stream, strict=strict)
         # (epoch, fingerprint) of the order published ahead of its __iter__, if any.
         self._ahead = None
+        # A sampler without a length never ends (Detectron2's TrainingSampler, mmengine's
+        # InfiniteSampler): its indices are published in windows, each as an epoch.
+        self.window = window if window is not None else (
+            None if hasattr(sampler, "__len__") else DEFAULT_WINDOW)
+        if self.window is not None and self.window < 1:
+            raise ValueError("window must be at least 1, not %r" % (window,))
         # The job's start-up (CUDA, the model, a checkpoint) gives the stager a head start.
-        self._publish_ahead(self.epoch)
+        if self.window is None:
+            self._publish_ahead(self.epoch)
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -255,6 +272,8 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
                          lambda self, g: setattr(self.sampler, "generator", g))
 
     def __iter__(self):
+        if self.window is not None:
+            return self._windows()
         order = list(iter(self.sampler))
         ahead = self._ahead
         if not self._was_published_ahead(order):
@@ -270,6 +289,23 @@ class PublishingSampler(_Names, torch.utils.data.Sampler):
         # Staging then runs on across the end of this epoch.
         self._publish_ahead(drawn + 1)
         return iter(order)
+
+    def _windows(self):
+        """Yields the wrapped sampler's indices, publishing them ``window`` at a time, each
+        window as the next epoch, and the window after it ahead as the one after that. A
+        generator: an iterator the DataLoader drops unstarted draws nothing."""
+        self._explicit_epoch = False
+        indices = iter(self.sampler)
+        window = list(itertools.islice(indices, self.window))
+        if window:
+            self._publisher.publish(self.epoch, window, again=True)
+        while window:
+            ahead = list(itertools.islice(indices, self.window))
+            if ahead:
+                self._publisher.publish(self.epoch + 1, ahead, again=True)
+            yield from window
+            window = ahead
+            self.epoch += 1
 
     def _was_published_ahead(self, order):
         ahead, self._ahead = self._ahead, None

@@ -353,3 +353,43 @@ def test_the_wrapped_samplers_generator_is_read_and_set_through_the_wrapper(moun
     ours.generator = g
     assert inner.generator is g
     assert list(ours) == list(RandomSampler(ds, generator=torch.Generator().manual_seed(11)))
+
+
+class Endless(torch.utils.data.Sampler):
+    """An iteration-based sampler (as Detectron2's TrainingSampler): shuffles forever."""
+
+    def __init__(self, n, seed=5):
+        self.n = n
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __iter__(self):
+        while True:
+            yield from torch.randperm(self.n, generator=self.generator).tolist()
+
+
+def test_an_endless_sampler_is_published_in_windows_as_it_is_read(mount, monkeypatch):
+    published = spy_on_publish(monkeypatch)
+    data, ds, paths = train_set(mount)
+    sampler = epochfs.torch.PublishingSampler(Endless(len(ds)), data, paths, strict=True,
+                                              window=50)
+    assert published == []  # nothing drawn before the loader asks: the draw never ends
+    loader = DataLoader(ds, sampler=sampler, batch_size=10, num_workers=2)
+    read = []
+    for batch_paths, _ in loader:
+        read += list(batch_paths)
+        if len(read) >= 200:
+            break
+    epochs = [e for e, _ in published]
+    assert epochs == list(range(len(epochs))) and len(epochs) >= 5  # windows 0-3, 4 ahead
+    assert all(len(order) == 50 for _, order in published)
+    windows = [paths[i] for _, order in published for i in order]
+    assert read == windows[:200]
+    # The mount followed the reads from window to window (a file in two adjacent windows may
+    # count in either, so the windows' own figures are not compared).
+    assert mount.stream("train")["epoch"] >= 3
+
+
+def test_a_window_below_1_is_refused(mount):
+    data, ds, paths = train_set(mount)
+    with pytest.raises(ValueError, match="window"):
+        epochfs.torch.PublishingSampler(Endless(len(ds)), data, paths, window=0)
