@@ -261,6 +261,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   JsonObject o(out, 0);
   o.field("format", uint64_t{1});
   o.field("version", std::string(EPOCHFS_VERSION));
+  o.field("order_format", prefetch::kOrderFormat);
   o.field("pid", static_cast<uint64_t>(pid));
   o.field("source", source);
   o.field("opens", s.opens);

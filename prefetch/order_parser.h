@@ -36,6 +36,11 @@ namespace epochfs::prefetch {
 // source, so no entry may name anything under it: such a file cannot be read through the mount.
 inline constexpr char kControlDirName[] = ".epochfs";
 
+// The version of the shuffle-file format this parser reads, in the stats (`order_format`) so
+// that a writer can tell whether the daemon reads what it writes: 1, the first; 2 added
+// `#restart`. A daemon reads every earlier format too.
+inline constexpr uint64_t kOrderFormat = 2;
+
 enum class OrderForm : uint8_t { kPaths, kIndices };
 
 struct OrderHeader {

@@ -233,8 +233,30 @@ def _checked_name(what, name):
     return name
 
 
+# The shuffle-file format this package writes (2: with #restart); the daemon says which it
+# reads in its stats (``order_format``; absent before there was a choice: 1).
+ORDER_FORMAT = 2
+# (mount root, the mount's st_dev) -> the format its daemon reads: asked once per mount.
+_daemon_formats = {}
+
+
+def _check_format(root):
+    """Raises PublishError if the daemon at root cannot read what this package writes."""
+    key = (root, os.stat(root).st_dev)
+    if key not in _daemon_formats:
+        _daemon_formats[key] = int(stats(root).get("order_format", 1))
+    daemon = _daemon_formats[key]
+    if daemon < ORDER_FORMAT:
+        raise PublishError(
+            errno.EPROTO,
+            "the epochfs daemon of %s reads order format %d, this package (%s) writes %d: "
+            "upgrade the daemon, or use the package that came with it" % (
+                root, daemon, __version__, ORDER_FORMAT), root)
+
+
 def _write(root, name, header, lines):
     """Writes one file into the control directory; fsync (or the close) publishes it."""
+    _check_format(root)
     path = os.path.join(root, _CONTROL, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:

@@ -107,7 +107,7 @@ class FakeMount:
         self.control = os.path.join(path, ".epochfs")
         os.makedirs(self.control)
         with open(os.path.join(self.control, "stats"), "w") as f:
-            f.write("{}")
+            f.write('{"order_format": %d}' % epochfs.ORDER_FORMAT)
         # Each manifest is written to the same name: keep a copy of each as it is written.
         self.manifests = []
         real = epochfs.set_manifest
