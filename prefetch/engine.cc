@@ -62,6 +62,7 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
   planner.stage_threads = options_.stage_threads;
   planner.cache_capacity = cache_ ? cache_->stats().capacity_bytes : 0;
   planner.limits = options_.limits;
+  planner.reorder_window = options_.reorder_window;
   planner_ = std::make_unique<Planner>(planner);
   if (cache_) {
     cache_->set_policy(std::make_unique<cachestore::NextUsePolicy>(*planner_));

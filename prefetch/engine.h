@@ -72,6 +72,8 @@ struct EngineOptions {
   std::string shuffle_file;
   // What one job or user may hold, and when a quiet job ends (prefetch/jobs.h).
   JobLimits limits;
+  // Entries a stream's opens may come out of its order (--reorder-window).
+  uint64_t reorder_window = Schedule::kDefaultReorderWindow;
   // Bounds on calls into the source, and its outages (prefetch/source_guard.h).
   SourceGuardOptions source;
   // While the source is down, files with a copy of the version last checked are served it

@@ -44,7 +44,8 @@ void add_record(EpochRecord& to, const EpochRecord& from) {
 
 }  // namespace
 
-Planner::Planner(PlannerOptions options) : options_(options), jobs_(options.limits) {}
+Planner::Planner(PlannerOptions options)
+    : options_(options), schedule_(options.reorder_window), jobs_(options.limits) {}
 
 Planner::~Planner() { stop(); }
 

@@ -54,6 +54,7 @@ struct PlannerOptions {
   unsigned stage_threads = 128;
   uint64_t cache_capacity = UINT64_MAX;
   JobLimits limits;
+  uint64_t reorder_window = Schedule::kDefaultReorderWindow;
 };
 
 // One epoch of a stream, as it went.

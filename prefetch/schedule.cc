@@ -233,13 +233,13 @@ std::optional<Schedule::Match> Schedule::on_open(FileId file, std::optional<uint
     const uint64_t t = p.epoch->start + p.index;
     if (p.epoch == s.epochs.front().get() && t >= s.tail) {
       const uint64_t distance = t >= s.head ? t - s.head : s.head - t;
-      if (t < s.head + kTailLag && distance < near_distance) {
+      if (t < s.head + reorder_window_ && distance < near_distance) {
         near = p;
         near_distance = distance;
       } else if (!far) {
         far = p;
       }
-    } else if (s.epochs.size() > 1 && p.epoch == s.epochs[1].get() && p.index < kEpochStart &&
+    } else if (s.epochs.size() > 1 && p.epoch == s.epochs[1].get() && p.index < reorder_window_ &&
                !next_start) {
       next_start = p;
     }
@@ -269,12 +269,12 @@ void Schedule::consume(Stream& s, Epoch& e, size_t index) {
   advance_tail(s);
 }
 
-// Moves the tail past consumed entries, and past entries left more than kTailLag behind the
-// head (taken as skipped); retires the current epoch once the tail leaves it.
+// Moves the tail past consumed entries, and past entries left more than the reorder window behind
+// the head (taken as skipped); retires the current epoch once the tail leaves it.
 void Schedule::advance_tail(Stream& s) {
   while (!s.epochs.empty()) {
     Epoch& front = *s.epochs.front();
-    const uint64_t skip_to = s.head > kTailLag ? s.head - kTailLag : 0;
+    const uint64_t skip_to = s.head > reorder_window_ ? s.head - reorder_window_ : 0;
     s.tail = std::max(s.tail, front.start);
     while (s.tail < end_of(front)) {
       Slot& slot = front.slots[s.tail - front.start];

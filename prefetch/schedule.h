@@ -10,9 +10,9 @@
 // unconsumed occurrence at or after the stream's tail, which is then consumed. Two positions
 // describe a stream: head, one past the furthest consumed entry (where the trainer is), and
 // tail, the first entry not consumed (parallel loader workers open slightly out of order, so
-// tail lags head). Entries more than kTailLag behind head are taken as skipped. An open that
-// matches the first kEpochStart entries of the stream's next epoch starts that epoch. Opens
-// of files outside every order change nothing.
+// tail lags head). Entries more than the reorder window behind head are taken as skipped. An
+// open that matches the first reorder-window entries of the stream's next epoch starts that
+// epoch. Opens of files outside every order change nothing.
 //
 // Next use: every entry of every live epoch is linked to the next occurrence of the same file
 // (in publication order, across streams), so finding a file's occurrences costs O(1) per
@@ -43,10 +43,14 @@ using cachestore::FileId;
 class Schedule {
  public:
   static constexpr uint64_t kNever = UINT64_MAX;
-  // Entries an open may lie behind the head before the ones between are taken as skipped, and
-  // how far into the next epoch an open may land and still start it.
-  static constexpr uint64_t kTailLag = 4096;
-  static constexpr uint64_t kEpochStart = 4096;
+  // The reorder window: entries an open may lie behind the head before the ones between are
+  // taken as skipped, and how far into the next epoch an open may land and still start it
+  // (--reorder-window; the samples a DataLoader holds in flight: workers x batch x prefetch).
+  static constexpr uint64_t kDefaultReorderWindow = 4096;
+
+  explicit Schedule(uint64_t reorder_window = kDefaultReorderWindow)
+      : reorder_window_(reorder_window == 0 ? 1 : reorder_window) {}
+
   // Streams over all jobs (a job's own limit is the planner's: prefetch/jobs.h).
   static constexpr size_t kMaxStreams = 1024;
   static constexpr size_t kMaxEpochsPerStream = 4;
@@ -128,6 +132,8 @@ class Schedule {
   uint64_t memory_bytes() const;
 
  private:
+  const uint64_t reorder_window_;
+
   struct Slot {
     FileId file;
     uint32_t link;  // bit 31: consumed; bits 0..30: gid distance to the file's next slot

@@ -98,6 +98,11 @@ void add_cache_options(CLI::App* cmd, MountOptions& o, CacheFlags& flags) {
                   "auto (the consumption rate times the copy latency, twice over), or 0 (no "
                   "prefetch: the published orders only decide what the cache keeps)")
       ->default_val(flags.lookahead);
+  cmd->add_option("--reorder-window", o.engine.reorder_window,
+                  "Entries a stream's opens may come out of its order: the samples a loader holds "
+                  "in flight (workers x batch size x prefetch factor); skipped beyond it")
+      ->default_val(o.engine.reorder_window)
+      ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 24));
   add_job_options(cmd, o.engine.limits);
   cmd->add_option("--shuffle-file", o.engine.shuffle_file,
                   "A shuffle file outside the mount, published at mount and again at each new "

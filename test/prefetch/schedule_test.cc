@@ -382,7 +382,7 @@ TEST_CASE("opening the first entries of the next epoch starts it", "[schedule]")
   }
 }
 
-TEST_CASE("only the first kEpochStart entries of the next epoch start it", "[schedule]") {
+TEST_CASE("only the first reorder-window entries of the next epoch start it", "[schedule]") {
   constexpr size_t kFiles = 10000;
   Schedule s;
   const Files e0 = range(0, kFiles);
@@ -390,17 +390,35 @@ TEST_CASE("only the first kEpochStart entries of the next epoch start it", "[sch
   publish(s, "a", std::nullopt, e0);
   open_all(s, slice(e0, 0, kFiles - 1));  // the last entry is never opened
   REQUIRE(s.view(0).epoch == 0);
-  // File kEpochStart sits at index kEpochStart of epoch 1: too far in to start it.
-  CHECK(s.on_open(static_cast<FileId>(Schedule::kEpochStart)) == std::nullopt);
+  // File 4096 sits at index 4096 of epoch 1: too far in to start it.
+  CHECK(s.on_open(static_cast<FileId>(Schedule::kDefaultReorderWindow)) == std::nullopt);
   CHECK(s.view(0).epoch == 0);
-  const auto m = s.on_open(static_cast<FileId>(Schedule::kEpochStart - 1));
+  const auto m = s.on_open(static_cast<FileId>(Schedule::kDefaultReorderWindow - 1));
   REQUIRE(m.has_value());
   CHECK(m->new_epoch);
   CHECK(s.view(0).epoch == 1);
-  CHECK(s.view(0).position == Schedule::kEpochStart);
+  CHECK(s.view(0).position == Schedule::kDefaultReorderWindow);
 }
 
-TEST_CASE("entries skipped more than kTailLag behind the head do not stall the stream",
+TEST_CASE("a reorder window set smaller applies to skips and to the next epoch's start",
+          "[schedule]") {
+  constexpr size_t kFiles = 1000;
+  Schedule s(64);
+  const Files e0 = range(0, kFiles);
+  publish(s, "a", std::nullopt, e0);
+  open_all(s, slice(e0, 0, 10));
+  open_all(s, slice(e0, 20, 20 + 64 + 1));          // 10..19 now more than 64 behind the head
+  CHECK(s.on_open(e0[12]) == std::nullopt);         // taken as skipped
+  publish(s, "a", std::nullopt, e0);                // the next epoch
+  open_all(s, slice(e0, 20 + 64 + 1, kFiles - 1));  // the last entry is never opened
+  // Index 64 of the next epoch is past the window; 63 starts it.
+  CHECK(s.on_open(static_cast<FileId>(64)) == std::nullopt);
+  const auto m = s.on_open(static_cast<FileId>(63));
+  REQUIRE(m.has_value());
+  CHECK(m->new_epoch);
+}
+
+TEST_CASE("entries skipped more than the reorder window behind the head do not stall the stream",
           "[schedule]") {
   constexpr size_t kFiles = 10000;
   Schedule s;
@@ -417,7 +435,7 @@ TEST_CASE("entries skipped more than kTailLag behind the head do not stall the s
   // Staging starts at the oldest entry not consumed.
   CHECK(stage_all(s, 0, 5) == Files{e0[10], e0[11], e0[12], e0[13], e0[14], e0[16], e0[17], e0[18],
                                     e0[19], e0[100], e0[101], e0[102], e0[103], e0[104]});
-  const size_t past_lag = 20 + Schedule::kTailLag + 1;
+  const size_t past_lag = 20 + Schedule::kDefaultReorderWindow + 1;
   open_all(s, slice(e0, 100, past_lag));
   // Now the skipped entries are given up: no next use, and a late open does not match.
   CHECK(s.next_use(e0[12]) == kNever);
