@@ -506,7 +506,13 @@ TEST_CASE("the daemon's threads are named for their role", "[mount][lifecycle]")
   REQUIRE(read_file(mount / "f0").has_value());  // a miss: a copy on the stager
   std::set<std::string> names;
   const std::string tasks = "/proc/" + std::to_string(mount.pid()) + "/task";
-  for (int i = 0; i < 200 && names.count("epochfs-stage") == 0; ++i) {
+  const auto all_seen = [&] {
+    return names.count("epochfs-fuse") + names.count("epochfs-plan") +
+               names.count("epochfs-stage") ==
+           3;
+  };
+  // Each thread names itself when it starts running: wait for all three (slower under ASan).
+  for (int i = 0; i < 500 && !all_seen(); ++i) {
     std::error_code ec;
     for (const auto& t : fs::directory_iterator(tasks, ec)) {
       std::string comm = read_file(t.path() / "comm").value_or("");
