@@ -252,6 +252,29 @@ TEST_CASE("orders are published through .epochfs/ and epochfs publish", "[mount]
   }
 }
 
+TEST_CASE("the mount's reorder window sets how far behind an open may match its stream",
+          "[mount][prefetch]") {
+  TempDir dir;
+  make_files(dir / "src", 100, 1000);
+  Order order(100);
+  std::iota(order.begin(), order.end(), 0);
+  // Files 10..39 skipped: 30 entries, more than a window of 16, fewer than the default.
+  Order read = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (int i = 40; i < 100; ++i) {
+    read.push_back(i);
+  }
+  for (const auto& [args, matched] :
+       {std::pair{std::vector<std::string>{"--reorder-window", "16"}, 70.0},
+        std::pair{std::vector<std::string>{}, 71.0}}) {
+    Mount mount(dir / "src", dir / "mnt", args);
+    REQUIRE(publish(mount, order_text(order)) == 0);
+    REQUIRE(read_order(mount, dir / "src", read, 1, {}) == 0);
+    REQUIRE(read_order(mount, dir / "src", {12}, 1, {}) == 0);  // a straggler, 88 behind
+    INFO(args.size());
+    CHECK(stat_of(mount, "prefetch.streams.default.this_epoch.opens") == matched);
+  }
+}
+
 TEST_CASE("the file named by --shuffle-file is published at each new version",
           "[mount][prefetch]") {
   TempDir dir;
