@@ -36,6 +36,8 @@ dpkg -i "$deb" >/dev/null
 installed=1
 /usr/bin/epochfs --version | grep -q "$(dpkg-deb -f "$deb" Version)" || fail "epochfs --version"
 [ "$(readlink -f /usr/sbin/mount.fuse.epochfs)" = /usr/bin/epochfs ] || fail "no mount helper link"
+# The binary needs nothing the Depends line does not name (xxHash is compiled in).
+! ldd /usr/bin/epochfs | grep -q xxhash || fail "the binary links libxxhash"
 [ -f /usr/share/doc/epochfs/examples/epochfs.fstab ] || fail "no fstab example"
 grep -q '^.TH EPOCHFS 1' /usr/share/man/man1/epochfs.1 || fail "no man page"
 grep -q 'complete .* epochfs' /usr/share/bash-completion/completions/epochfs || fail "no completion"
