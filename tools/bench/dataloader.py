@@ -43,18 +43,11 @@ import tempfile
 import time
 import warnings
 
+from lab import wait_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_PACKAGE = os.path.join(HERE, "..", "python")
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def wait_for(what, timeout=60, period=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return True
-        time.sleep(period)
-    return False
 
 
 def cpu_seconds(pid):

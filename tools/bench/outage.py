@@ -31,19 +31,12 @@ import signal
 import subprocess
 import time
 
+from lab import wait_for
+
 
 def stats(mnt):
     with open(os.path.join(mnt, ".epochfs", "stats")) as f:
         return json.load(f)
-
-
-def wait_for(what, timeout=120, period=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return True
-        time.sleep(period)
-    return False
 
 
 def start_faultfs(build, data, faulty):
@@ -96,7 +89,7 @@ def main():
     try:
         for n in half:
             read_same(os.path.join(mnt, n), content[n])
-        wait_for(lambda: stats(mnt)["cache"]["files_cached"] >= len(half))
+        wait_for(lambda: stats(mnt)["cache"]["files_cached"] >= len(half), 120)
         result["files_cached_before"] = stats(mnt)["cache"]["files_cached"]
 
         faults.send_signal(signal.SIGKILL)
@@ -123,7 +116,7 @@ def main():
         subprocess.run(["umount", "-l", faulty], check=True)
         start = time.monotonic()
         faults = start_faultfs(args.build, data, faulty)
-        wait_for(lambda: stats(mnt)["source_health"]["state"] != "down")
+        wait_for(lambda: stats(mnt)["source_health"]["state"] != "down", 120)
         result["source_back_seconds"] = round(time.monotonic() - start, 3)
         wait_for(lambda: caught_up(stats(mnt), len(half)), 300)
         result["catch_up_seconds"] = round(time.monotonic() - start, 3)
