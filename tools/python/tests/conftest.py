@@ -55,12 +55,17 @@ class Mount:
     def stream(self, name, job=None):
         return self.streams(job)[name]
 
-    def wait_idle(self):
+    def wait_cached(self, files):
+        """Wait until ``files`` copies are ready and none is queued.
+
+        "Nothing queued" alone is true too before the planner's first pass after a publish.
+        """
         for _ in range(1000):
-            if self.stats()["cache"]["copies_queued"] == 0:
+            cache = self.stats()["cache"]
+            if cache["files_cached"] >= files and cache["copies_queued"] == 0:
                 return
             time.sleep(0.01)
-        raise AssertionError("copies still queued")
+        raise AssertionError("%d files cached, %d wanted" % (cache["files_cached"], files))
 
     def unmount(self):
         if subprocess.run([BINARY, "unmount", self.path], stdin=subprocess.DEVNULL).returncode:
