@@ -244,12 +244,14 @@ void Planner::reset_stream(size_t stream) {
     epoch_started_ns_.resize(stream + 1, now_ns());
     stream_job_.resize(stream + 1, nullptr);
     finish_after_count_.resize(stream + 1, false);
+    uncounted_.resize(stream + 1, 0);
   }
   streams_[stream] = StreamStats{};
   rates_[stream] = Rate{};
   epoch_started_ns_[stream] = now_ns();
   stream_job_[stream] = nullptr;
   finish_after_count_[stream] = false;
+  uncounted_[stream] = 0;
 }
 
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
@@ -456,6 +458,7 @@ void Planner::note_rejects(size_t stream, const RejectReport& rejects) {
 }
 
 void Planner::finish_epoch(size_t stream, int64_t now) {
+  uncounted_[stream] = 0;  // late counts of the epoch ended go to the next one's record
   StreamStats& st = streams_[stream];
   EpochRecord& cur = st.current;
   if (cur.opens > 0) {
@@ -498,6 +501,7 @@ std::optional<size_t> Planner::on_open(FileId id, std::optional<uid_t> opener) {
   } else if (view.active && (match->new_epoch || view.epoch != streams_[s].current.epoch)) {
     finish_epoch(s, now);
   }
+  ++uncounted_[s];
   Rate& r = rates_[s];
   if (now - r.window_start_ns >= kRateWindowNs) {
     const double elapsed = static_cast<double>(now - r.window_start_ns) / 1e9;
@@ -525,7 +529,9 @@ void Planner::count_open(size_t stream, const OpenOutcome& outcome) {
     ++cur.waits;
   }
   cur.stall_ns += outcome.stall_ns;
-  if (finish_after_count_[stream]) {
+  // Concurrent opens are counted in any order: the epoch ends with the last of its counts.
+  uncounted_[stream] -= uncounted_[stream] > 0 ? 1 : 0;
+  if (finish_after_count_[stream] && uncounted_[stream] == 0) {
     finish_after_count_[stream] = false;
     finish_epoch(stream, now_ns());
   }

@@ -206,8 +206,10 @@ class Planner final : public cachestore::NextUseOracle {
   Schedule schedule_ GUARDED_BY(mu_);
   Jobs jobs_ GUARDED_BY(mu_);
   std::vector<Job*> stream_job_ GUARDED_BY(mu_);  // by schedule slot; null if free
-  // By slot: an open used up the current epoch; it ends once that open is counted.
+  // By slot: an open used up the current epoch; it ends once that open is counted, and with
+  // it every open matched to the epoch before it (uncounted_: matched, not yet counted).
   std::vector<bool> finish_after_count_ GUARDED_BY(mu_);
+  std::vector<uint32_t> uncounted_ GUARDED_BY(mu_);
   std::vector<StreamStats> streams_ GUARDED_BY(mu_);
   std::vector<Rate> rates_ GUARDED_BY(mu_);
   std::vector<int64_t> epoch_started_ns_ GUARDED_BY(mu_);

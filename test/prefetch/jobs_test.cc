@@ -173,6 +173,27 @@ TEST_CASE("another user's opens never move a job's stream", "[jobs]") {
   CHECK(planner.on_open(7, uid_t{1001}).has_value());
 }
 
+TEST_CASE("an epoch's opens counted after its last one's are still that epoch's", "[jobs]") {
+  // Two loader workers: one opens the epoch's last file while the other's open, matched
+  // before, has not been counted yet. Either count may come first.
+  Planner planner(PlannerOptions{});
+  REQUIRE(planner.publish(user(1000), header("a", "s", 0), {1, 2, 3}, {}).ok);
+  REQUIRE(planner.publish(user(1000), header("a", "s", 1), {3, 2, 1}, {}).ok);
+  auto first = planner.on_open(1, uid_t{1000});
+  REQUIRE(first.has_value());
+  planner.count_open(*first, OpenOutcome{});
+  auto second = planner.on_open(2, uid_t{1000});
+  auto last = planner.on_open(3, uid_t{1000});  // ends epoch 0
+  REQUIRE((second.has_value() && last.has_value()));
+  planner.count_open(*second, OpenOutcome{});
+  planner.count_open(*last, OpenOutcome{});
+  const auto* st = stream_named(planner.stats(), 1000, "a", "s");
+  REQUIRE(st->history.size() == 1);
+  CHECK(st->history[0].opens == 3);
+  CHECK(st->current.epoch == 1);
+  CHECK(st->current.opens == 0);
+}
+
 TEST_CASE("an epoch's last open is counted in that epoch", "[jobs]") {
   Planner planner(PlannerOptions{});
   REQUIRE(planner.publish(user(1000), header("a", "s", 0), {1, 2}, {}).ok);
