@@ -11,7 +11,7 @@
 // pointer into them plus the version and its shape's index (64 bytes); the path -> id index is
 // an open-addressing table of 32-bit ids (linear probing, at most 70% full), so it holds no copy
 // of the path.
-// `epochfs bench-policy` measures it (docs/benchmarks.md).
+// `epochfs-lab bench-policy` measures it (docs/benchmarks.md).
 //
 // Thread-safety: all methods lock mu_ (a leaf lock) for memory work only.
 #pragma once

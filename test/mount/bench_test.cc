@@ -1,4 +1,4 @@
-// The benchmark harness itself (`epochfs bench`): a tiny run of every scenario must generate
+// The benchmark harness itself (`epochfs-lab bench`): a tiny run of every scenario must generate
 // the dataset as specified, finish every epoch, write every JSON field, and report hit rates
 // that agree with the bytes read from the shared storage. No speed is asserted.
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
 
 namespace epochfs::test {
 
@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The JSON document `epochfs bench --json` wrote, or a failed check.
+// The JSON document `epochfs-lab bench --json` wrote, or a failed check.
 tools::StatsDoc read_json(const std::string& path) {
   auto text = read_file(path);
   REQUIRE(text.has_value());
@@ -41,15 +41,15 @@ size_t count_files(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("epochfs bench runs every scenario and reports consistent figures", "[mount][bench]") {
+TEST_CASE("epochfs-lab bench runs every scenario and reports consistent figures",
+          "[mount][bench]") {
   TempDir dir;
   const std::string json = dir / "out.json";
   const std::string png = dir / "out.png";
-  auto r =
-      run_epochfs({"bench", "--dir",        dir / "work", "--files",      "60", "--mean-kb",
-                   "20",    "--epochs",     "2",          "--batch",      "8",  "--workers",
-                   "2",     "--compute-ms", "1",          "--latency-ms", "1",  "--cache-fraction",
-                   "1,0.5", "--json",       json,         "--plot",       png});
+  auto r = run_lab({"bench", "--dir",        dir / "work", "--files",      "60", "--mean-kb",
+                    "20",    "--epochs",     "2",          "--batch",      "8",  "--workers",
+                    "2",     "--compute-ms", "1",          "--latency-ms", "1",  "--cache-fraction",
+                    "1,0.5", "--json",       json,         "--plot",       png});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(count_files(dir / "work/data") >= 60);  // the dataset's files (and its spec stamp)
@@ -116,35 +116,35 @@ TEST_CASE("epochfs bench runs every scenario and reports consistent figures", "[
 }
 
 // A real network filesystem as the source: GlusterFS in a network namespace over a veth
-// pair (tools/gluster/). The bench sets it up, runs, and leaves nothing behind.
-TEST_CASE("epochfs bench runs over GlusterFS and tears it down", "[mount][bench][gluster]") {
+// pair (test/fixtures/gluster/). The bench sets it up, runs, and leaves nothing behind.
+TEST_CASE("epochfs-lab bench runs over GlusterFS and tears it down", "[mount][bench][gluster]") {
   TempDir dir;
   const std::string json = dir / "out.json";
-  auto r = run_epochfs({"bench",
-                        "--source",
-                        "gluster",
-                        "--bandwidth-mbs",
-                        "100",
-                        "--dir",
-                        dir / "work",
-                        "--files",
-                        "40",
-                        "--mean-kb",
-                        "20",
-                        "--epochs",
-                        "2",
-                        "--batch",
-                        "8",
-                        "--workers",
-                        "2",
-                        "--compute-ms",
-                        "1",
-                        "--scenarios",
-                        "ideal,direct,epochfs",
-                        "--cache-fraction",
-                        "1",
-                        "--json",
-                        json});
+  auto r = run_lab({"bench",
+                    "--source",
+                    "gluster",
+                    "--bandwidth-mbs",
+                    "100",
+                    "--dir",
+                    dir / "work",
+                    "--files",
+                    "40",
+                    "--mean-kb",
+                    "20",
+                    "--epochs",
+                    "2",
+                    "--batch",
+                    "8",
+                    "--workers",
+                    "2",
+                    "--compute-ms",
+                    "1",
+                    "--scenarios",
+                    "ideal,direct,epochfs",
+                    "--cache-fraction",
+                    "1",
+                    "--json",
+                    json});
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto doc = read_json(json);
@@ -163,15 +163,15 @@ TEST_CASE("epochfs bench runs over GlusterFS and tears it down", "[mount][bench]
 
 namespace epochfs::test {
 
-TEST_CASE("epochfs demo compares the mount with direct reads, and with a peer when it mounts",
+TEST_CASE("epochfs-lab demo compares the mount with direct reads, and with a peer when it mounts",
           "[mount][bench]") {
   TempDir dir;
   // bindfs is optional (README): with it the table gains its columns, without it the demo
   // says it was left out and measures the rest.
   const bool has_bindfs = run_command({"sh", "-c", "command -v bindfs"}).exit_code == 0;
   const auto r =
-      run_epochfs({"demo", "--dir", dir / "demo", "--files", "60", "--mean-kb", "20", "--threads",
-                   "2", "--rounds", "1", "--cold", "--cold-pages", "--peer", "bindfs"});
+      run_lab({"demo", "--dir", dir / "demo", "--files", "60", "--mean-kb", "20", "--threads", "2",
+               "--rounds", "1", "--cold", "--cold-pages", "--peer", "bindfs"});
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("mean 20 KB") != std::string::npos);

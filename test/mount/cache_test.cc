@@ -27,11 +27,11 @@
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
-#include "tools/dataset.h"
-#include "tools/mount_table.h"
-#include "tools/process.h"
-#include "tools/read_bench.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/mount_table.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/dataset.h"
+#include "tools/lab/process.h"
+#include "tools/lab/read_bench.h"
 
 namespace epochfs::test {
 namespace {

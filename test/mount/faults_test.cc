@@ -23,9 +23,9 @@
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
-#include "tools/dataset.h"
-#include "tools/process.h"
-#include "tools/read_bench.h"
+#include "tools/lab/dataset.h"
+#include "tools/lab/process.h"
+#include "tools/lab/read_bench.h"
 
 namespace epochfs::test {
 namespace {

@@ -24,8 +24,8 @@
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
-#include "tools/dataset.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/dataset.h"
 
 namespace epochfs::test {
 namespace {

@@ -20,8 +20,8 @@
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
-#include "tools/mount_table.h"
-#include "tools/process.h"
+#include "tools/cli/mount_table.h"
+#include "tools/lab/process.h"
 
 namespace epochfs::test {
 namespace {

@@ -18,8 +18,8 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
-#include "tools/dataset.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/dataset.h"
 
 namespace epochfs::test {
 namespace {

@@ -22,10 +22,10 @@
 #include <catch2/catch.hpp>
 
 #include "cachestore/unique_fd.h"
-#include "tools/dataset.h"
-#include "tools/mount_table.h"
-#include "tools/process.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/mount_table.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/dataset.h"
+#include "tools/lab/process.h"
 
 namespace epochfs::test {
 
@@ -191,6 +191,12 @@ std::string FaultFs::stats() const {
 
 CommandResult run_epochfs(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {EPOCHFS_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+CommandResult run_lab(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {EPOCHFS_LAB_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv);
 }

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/process.h"
+#include "tools/lab/process.h"
 
 namespace epochfs::test {
 
@@ -86,7 +86,7 @@ class SlowSource {
   tools::MountedDaemon daemon_;
 };
 
-// epochfs-faultfs serving source at mountpoint (tools/faultfs/faultfs.cc): rules set at run
+// epochfs-faultfs serving source at mountpoint (test/fixtures/faultfs/faultfs.cc): rules set at run
 // time make chosen operations fail, wait, hang, read short or change the file. The destructor
 // releases hung requests, drops the rules and unmounts, like SlowSource.
 class FaultFs {
@@ -135,6 +135,9 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
 
 // Runs the epochfs binary with args and waits for it.
 CommandResult run_epochfs(const std::vector<std::string>& args);
+
+// Runs the lab's binary (epochfs-lab: bench, demo) with args and waits for it.
+CommandResult run_lab(const std::vector<std::string>& args);
 
 // Runs argv (argv[0] looked up in PATH) and waits for it.
 CommandResult run_command(const std::vector<std::string>& argv);

@@ -17,9 +17,9 @@
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
-#include "tools/process.h"
-#include "tools/read_bench.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/process.h"
+#include "tools/lab/read_bench.h"
 
 namespace epochfs::test {
 namespace {

@@ -31,7 +31,7 @@
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
-#include "tools/read_bench.h"
+#include "tools/lab/read_bench.h"
 
 namespace epochfs::test {
 namespace {

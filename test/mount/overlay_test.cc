@@ -23,8 +23,8 @@
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
-#include "tools/dataset.h"
-#include "tools/mount_table.h"
+#include "tools/cli/mount_table.h"
+#include "tools/lab/dataset.h"
 
 namespace epochfs::test {
 namespace {

@@ -16,9 +16,9 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
-#include "tools/dataset.h"
-#include "tools/read_bench.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/dataset.h"
+#include "tools/lab/read_bench.h"
 
 namespace epochfs::test {
 namespace {

@@ -19,8 +19,8 @@
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
-#include "tools/dataset.h"
-#include "tools/read_bench.h"
+#include "tools/lab/dataset.h"
+#include "tools/lab/read_bench.h"
 
 #include <rapidcheck/catch.h>
 

@@ -14,7 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
 
 namespace epochfs::test {
 namespace {

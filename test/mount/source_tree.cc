@@ -8,7 +8,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tools/dataset.h"
+#include "tools/lab/dataset.h"
 
 namespace epochfs::test {
 

@@ -1,7 +1,7 @@
 // Load (RELIABILITY.md, rows L): swarms of reader processes, as DataLoader workers, reading
 // published epochs through a mount, every byte checked, a watchdog on each reader; the stats
 // read at 10 Hz meanwhile; readers of cached files while the source is slow.
-#include "tools/swarm.h"
+#include "tools/lab/swarm.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,8 +23,8 @@
 
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
-#include "tools/dataset.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
+#include "tools/lab/dataset.h"
 
 namespace epochfs::test {
 namespace {

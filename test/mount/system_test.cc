@@ -15,7 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
-#include "tools/stats_doc.h"
+#include "tools/cli/stats_doc.h"
 
 namespace epochfs::test {
 namespace {
@@ -467,6 +467,9 @@ TEST_CASE("the man page and the completion list every command and option", "[mou
   }
   CHECK(contains(man.output, ".BI \"\\-\\-cache\\-dir \" TEXT"));
   CHECK(contains(man.output, "\\-\\-outage\\-wait"));
+  // The lab's commands are epochfs-lab's, never the shipped binary's.
+  CHECK_FALSE(contains(man.output, "epochfs bench"));
+  CHECK_FALSE(contains(man.output, "epochfs demo"));
   // The completion script, as bash runs it for `epochfs mount --cache-d<TAB>`.
   TempDir dir;
   const CommandResult script = run_epochfs({"--bash-completion"});

@@ -31,6 +31,8 @@ deb=$(ls "$work"/pkg/epochfs_*.deb)
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
 [[ "$depends" != *xxhash* ]] || fail "the package depends on libxxhash"
+# The product only: nothing of the lab or the fixture filesystems.
+! dpkg-deb -c "$deb" | grep -E 'epochfs-(lab|slowfs|faultfs|gluster)' || fail "lab code packaged"
 
 dpkg -i "$deb" >/dev/null
 installed=1

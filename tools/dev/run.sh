@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one entry point on a fresh Debian 12 machine: install what is missing, build, run.
-#   tools/dev/run.sh demo [bench args] build Release and run a small `epochfs bench` (plot in
+#   tools/dev/run.sh demo [bench args] build Release and run a small `epochfs-lab bench` (plot in
 #                                      build/demo.png)
 #   tools/dev/run.sh test              check formatting and layering, then build and run the
 #                                      whole test suite twice: Release with -Werror (preset ci)
@@ -76,9 +76,9 @@ case "${1:-}" in
     install_missing
     build release
     if (($# > 1)); then
-      ./build/release/tools/epochfs bench "${@:2}"
+      ./build/release/bin/epochfs-lab bench "${@:2}"
     else
-      ./build/release/tools/epochfs bench --files 2000 --epochs 2 --workers 4 --compute-ms 12 \
+      ./build/release/bin/epochfs-lab bench --files 2000 --epochs 2 --workers 4 --compute-ms 12 \
         --plot build/demo.png
     fi
     ;;

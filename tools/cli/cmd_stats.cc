@@ -1,0 +1,82 @@
+// `epochfs stats`: the mount's statistics as a table, or the raw JSON document.
+#include <stdio.h>
+
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "tools/cli/commands.h"
+#include "tools/cli/mount_table.h"
+#include "tools/cli/stats_doc.h"
+
+namespace epochfs::tools {
+namespace {
+
+// Reads and parses the control file <mountpoint>/.epochfs/<name>; says why not on stderr.
+std::optional<std::pair<std::string, StatsDoc>> read_control(const std::string& mountpoint,
+                                                             const std::string& name) {
+  std::ifstream in(mountpoint + "/.epochfs/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = parse_stats(text.str());
+  if (!in || !doc) {
+    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/%s)\n",
+            mountpoint.c_str(), name.c_str());
+    return std::nullopt;
+  }
+  return std::make_pair(text.str(), std::move(*doc));
+}
+
+}  // namespace
+
+int cmd_stats(const std::string& path, bool json) {
+  const std::string mountpoint = absolute_path(path);
+  auto control = read_control(mountpoint, "stats");
+  if (!control) {
+    return 1;
+  }
+  if (json) {
+    fputs(control->first.c_str(), stdout);
+    return 0;
+  }
+  const StatsDoc* doc = &control->second;
+  printf("epochfs mount %s\n", mountpoint.c_str());
+  for (const auto& [key, value] : doc->values) {
+    auto number = doc->number(key);
+    std::string shown = value;
+    if (number && key.find("bytes") != std::string::npos) {
+      shown = human_bytes(*number) + " (" + value + ")";
+    } else if (number && key == "hit_rate") {
+      char buf[16];
+      snprintf(buf, sizeof(buf), "%.1f%%", *number * 100);
+      shown = buf;
+    } else if (key == "cache.capacity_bytes" && value == "null") {
+      shown = "unlimited (free-space reserve only)";
+    }
+    printf("  %-28s %s\n", key.c_str(), shown.c_str());
+  }
+  return 0;
+}
+
+int cmd_verify(const std::string& path) {
+  const std::string mountpoint = absolute_path(path);
+  // Opening the control file runs the check in the daemon; it reads every cached copy.
+  auto control = read_control(mountpoint, "verify");
+  if (!control) {
+    return 1;
+  }
+  StatsDoc* doc = &control->second;
+  if (doc->values["cache_enabled"] != "true") {
+    printf("%s: the cache is off; nothing to verify\n", mountpoint.c_str());
+    return 0;
+  }
+  const double checked = doc->number("checked").value_or(0);
+  const double damaged = doc->number("damaged").value_or(0);
+  printf("%s: checked %.0f cached copies (%s): %.0f damaged%s\n", mountpoint.c_str(), checked,
+         human_bytes(doc->number("bytes").value_or(0)).c_str(), damaged,
+         damaged > 0 ? ", dropped; they will be fetched again from the source" : "");
+  return 0;
+}
+
+}  // namespace epochfs::tools

@@ -1,0 +1,258 @@
+// `epochfs mount`'s command line: its options, grouped as the man page shows them, and the
+// values CLI11 cannot check itself (sizes, percentages, the lookahead, paths the daemon
+// needs absolute once it has detached).
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cachestore/log.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/mount_table.h"
+#include "tools/cli/size_parse.h"
+#include "tools/cli/subcommand.h"
+
+namespace epochfs::tools {
+namespace {
+
+using fusefs::MountOptions;
+
+// Timeouts for datasets that never change while mounted: one day.
+constexpr double kImmutableTimeoutS = 86400;
+
+// What the command line gives as text, turned into MountOptions once parsed.
+struct MountArgs {
+  MountOptions options;
+  std::string log_level = "info";
+  std::string cache_size = "unlimited";
+  std::string cache_reserve = "5%";
+  std::string lookahead = "auto";
+  bool no_cache = false;
+};
+
+// A shared mount's jobs and users (prefetch/jobs.h, docs/semantics.md).
+void add_job_options(CLI::App* cmd, prefetch::JobLimits& limits) {
+  cmd->add_option("--max-streams-per-job", limits.streams_per_job,
+                  "Streams (ranks, loaders) one job may hold; a publish past it is refused")
+      ->default_val(limits.streams_per_job)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-jobs-per-user", limits.jobs_per_user,
+                  "Jobs with published orders one user may hold at once")
+      ->default_val(limits.jobs_per_user)
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-entries-per-user", limits.entries_per_user,
+                  "Order and manifest entries one user's jobs may hold (8 and 4 bytes each)")
+      ->default_val(limits.entries_per_user)
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 31));
+  cmd->add_option("--job-idle-timeout", limits.idle_timeout_s,
+                  "Seconds without a publish or an open of its files after which a job ends, "
+                  "even if its processes still run")
+      ->default_val(limits.idle_timeout_s)
+      ->check(CLI::Range(1.0, 1e9));
+}
+
+// When the shared storage stops answering (prefetch/source_guard.h, docs/semantics.md).
+void add_outage_options(CLI::App* cmd, prefetch::EngineOptions& engine) {
+  cmd->add_option("--source-timeout", engine.source.timeout_s,
+                  "Seconds a call into the source may take before the source counts as down "
+                  "(cached files are then served from the cache)")
+      ->default_val(engine.source.timeout_s)
+      ->check(CLI::Range(0.05, 3600.0));
+  cmd->add_option("--outage-wait", engine.source.outage_wait_s,
+                  "Seconds a read of an uncached file waits for a source that is down before "
+                  "it fails with EIO")
+      ->default_val(engine.source.outage_wait_s)
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--outage", engine.serve_cached_in_outage,
+                  "serve: while the source is down, files cached at the version last checked "
+                  "are served (always so with --immutable); fail: they fail like the others")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, bool>{{"serve", true}, {"fail", false}}, CLI::ignore_case))
+      ->option_text("serve|fail")
+      ->default_str("serve");
+}
+
+void add_cache_options(CLI::App* cmd, MountArgs& args) {
+  MountOptions& o = args.options;
+  o.cache.root = "/var/cache/epochfs";
+  cmd->add_option("--cache-dir", o.cache.root,
+                  "Local directory for cached copies (each mount uses its own subdirectory)")
+      ->default_val(o.cache.root);
+  cmd->add_option("--cache-size", args.cache_size,
+                  "Bytes the cache may use on disk, e.g. 300G (default: what the free-space "
+                  "reserve allows)");
+  cmd->add_option("--cache-reserve", args.cache_reserve,
+                  "Free space to leave on the cache filesystem, in percent")
+      ->default_val(args.cache_reserve);
+  cmd->add_flag("--no-cache", args.no_cache, "Read everything from the source");
+  cmd->add_flag("--keep-cache", o.cache.keep,
+                "Keep the cached copies at unmount for the next mount of the same source "
+                "(each is verified before its first use)");
+  cmd->add_option("--stage-threads", o.engine.stage_threads,
+                  "Copies into the cache run at once (reads in flight on the source)")
+      ->default_val(o.engine.stage_threads)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--lookahead", args.lookahead,
+                  "How far ahead of the trainer to stage: a number of files, a size (e.g. 2G), "
+                  "auto (the consumption rate times the copy latency, twice over), or 0 (no "
+                  "prefetch: the published orders only decide what the cache keeps)")
+      ->default_val(args.lookahead);
+  cmd->add_option("--reorder-window", o.engine.reorder_window,
+                  "Entries a stream's opens may come out of its order: the samples a loader holds "
+                  "in flight (workers x batch size x prefetch factor); skipped beyond it")
+      ->default_val(o.engine.reorder_window)
+      ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 24));
+  add_job_options(cmd, o.engine.limits);
+  cmd->add_option("--shuffle-file", o.engine.shuffle_file,
+                  "A shuffle file outside the mount, published at mount and again at each new "
+                  "version (write it elsewhere, then rename it onto PATH)");
+}
+
+// "auto", a count of files ("5000") or a size ("2G").
+std::optional<prefetch::Lookahead> parse_lookahead(const std::string& text) {
+  using prefetch::Lookahead;
+  if (text == "auto") {
+    return Lookahead{};
+  }
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    return Lookahead{Lookahead::Kind::kFiles, std::stoull(text)};
+  }
+  auto bytes = parse_size(text);
+  if (!bytes || *bytes == 0) {
+    return std::nullopt;
+  }
+  return Lookahead{Lookahead::Kind::kBytes, *bytes};
+}
+
+// Fills o.cache from the flags; false (with a message) if one is malformed.
+bool apply_cache_flags(const MountArgs& args, MountOptions& o) {
+  if (args.no_cache) {
+    o.cache.capacity_bytes = 0;
+  } else if (args.cache_size != "unlimited") {
+    auto size = parse_size(args.cache_size);
+    if (!size) {
+      fprintf(stderr, "epochfs: --cache-size %s: expected a size such as 300G\n",
+              args.cache_size.c_str());
+      return false;
+    }
+    o.cache.capacity_bytes = *size;
+  }
+  auto reserve = parse_percent(args.cache_reserve);
+  if (!reserve) {
+    fprintf(stderr, "epochfs: --cache-reserve %s: expected a percentage such as 5%%\n",
+            args.cache_reserve.c_str());
+    return false;
+  }
+  o.cache.reserve_fraction = *reserve;
+  auto lookahead = parse_lookahead(args.lookahead);
+  if (!lookahead) {
+    fprintf(stderr, "epochfs: --lookahead %s: expected auto, a number of files or a size\n",
+            args.lookahead.c_str());
+    return false;
+  }
+  o.engine.lookahead = *lookahead;
+  if (!o.metrics_file.empty()) {
+    // The daemon changes directory when it detaches: keep the path absolute.
+    o.metrics_file = absolute_path(o.metrics_file);
+  }
+  if (!o.engine.shuffle_file.empty()) {
+    // The daemon changes directory when it detaches: keep the path absolute.
+    o.engine.shuffle_file = absolute_path(o.engine.shuffle_file);
+    const std::string dir = o.engine.shuffle_file.substr(0, o.engine.shuffle_file.rfind('/'));
+    struct stat st;
+    if (::stat(dir.empty() ? "/" : dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "epochfs: --shuffle-file %s: its directory does not exist\n",
+              o.engine.shuffle_file.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+CLI::App* add_mount_options(CLI::App& app, MountArgs& args) {
+  MountOptions& o = args.options;
+  auto* cmd = app.add_subcommand("mount", "Mount SOURCE read-only at MOUNTPOINT");
+  cmd->add_option("source", o.source, "Directory to overlay (shared storage)")->required();
+  cmd->add_option("mountpoint", o.mountpoint, "Where to mount it")->required();
+  cmd->add_flag("-f,--foreground", o.foreground, "Stay in the foreground");
+  cmd->add_flag("-d,--debug", o.debug, "Log every FUSE request (implies --foreground)");
+  cmd->add_option("--threads", o.threads, "Maximum FUSE worker threads")
+      ->default_val(o.threads)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_flag("--allow-other", o.allow_other,
+                "Let other users in (with default_permissions: the kernel checks modes)");
+  cmd->add_option("--attr-timeout", o.fs.attr_timeout_s,
+                  "Seconds the kernel caches names and attributes")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--negative-timeout", o.fs.negative_timeout_s,
+                  "Seconds the kernel remembers that a name does not exist")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--immutable", o.fs.immutable,
+                "The source never changes while mounted: cache names, attributes and pages "
+                "for a day");
+  cmd->add_option("--data-path", o.data_path,
+                  "classic: every read comes to the daemon; passthrough: the kernel reads "
+                  "cached copies itself where it can (Linux 6.9+, root), else classic; auto: "
+                  "passthrough where it can, else classic; no-open: the kernel opens files "
+                  "without asking and keeps their pages (hot files never reach the daemon)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, fusefs::DataPath>{{"auto", fusefs::DataPath::kAuto},
+                                                  {"classic", fusefs::DataPath::kClassic},
+                                                  {"passthrough", fusefs::DataPath::kPassthrough},
+                                                  {"no-open", fusefs::DataPath::kNoOpen}},
+          CLI::ignore_case))
+      ->option_text("auto|classic|passthrough|no-open");
+  add_outage_options(cmd, o.engine);
+  cmd->add_option("--metrics-file", o.metrics_file,
+                  "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");
+  cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
+      ->allow_extra_args(false);
+  cmd->add_option("--log-file", o.log_file,
+                  "Log here instead of syslog (in the background) or stderr (in the foreground)");
+  cmd->add_option("--log-level", args.log_level, "error, warning, info or debug")
+      ->check(CLI::IsMember({"error", "warning", "info", "debug"}));
+  return cmd;
+}
+
+cachestore::LogLevel parse_level(const std::string& s) {
+  using cachestore::LogLevel;
+  if (s == "error") return LogLevel::kError;
+  if (s == "warning") return LogLevel::kWarning;
+  if (s == "debug") return LogLevel::kDebug;
+  return LogLevel::kInfo;
+}
+
+// The values the flags imply once parsed; false (with a message) if one is malformed.
+bool finish(const CLI::App& cmd, MountArgs& args) {
+  MountOptions& o = args.options;
+  // --immutable lengthens the timeouts the user did not set explicitly.
+  if (o.fs.immutable && cmd.count("--attr-timeout") == 0) {
+    o.fs.attr_timeout_s = kImmutableTimeoutS;
+  }
+  if (o.fs.immutable && cmd.count("--negative-timeout") == 0) {
+    o.fs.negative_timeout_s = kImmutableTimeoutS;
+  }
+  o.fs.entry_timeout_s = o.fs.attr_timeout_s;
+  o.engine.immutable = o.fs.immutable;
+  o.engine.attr_timeout_s = o.fs.attr_timeout_s;
+  return apply_cache_flags(args, o);
+}
+
+}  // namespace
+
+Subcommand add_mount_command(CLI::App& app) {
+  auto args = std::make_shared<MountArgs>();
+  CLI::App* cmd = add_mount_options(app, *args);
+  add_cache_options(cmd, *args);
+  return {cmd, [cmd, args] {
+            cachestore::set_log_level(parse_level(args->log_level));
+            return finish(*cmd, *args) ? cmd_mount(args->options) : 1;
+          }};
+}
+
+}  // namespace epochfs::tools

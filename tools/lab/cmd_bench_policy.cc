@@ -1,0 +1,160 @@
+// epochfs-lab bench-policy: hit rates of the cache's eviction policies on shuffled epochs, and the
+// memory the prefetch engine holds per file, by driving the engine's own classes (Schedule,
+// NextUsePolicy, LruPolicy, FileRegistry) with a synthetic trace, without a mount.
+//
+// Each epoch is a fresh uniform shuffle of the whole dataset, every file the same size, the
+// cache a fraction f of the dataset, no prefetch: what the policy alone achieves. The bound
+// for known-future eviction with bypass is exactly f (keep a fixed set, never churn); LRU gets
+// about f + (1-f)ln(1-f) from the second epoch on.
+#include <malloc.h>
+#include <stdio.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cachestore/eviction_policy.h"
+#include "prefetch/file_registry.h"
+#include "prefetch/schedule.h"
+#include "tools/lab/commands.h"
+
+namespace epochfs::tools {
+namespace {
+
+using cachestore::FileId;
+using prefetch::Schedule;
+
+class ScheduleOracle final : public cachestore::NextUseOracle {
+ public:
+  explicit ScheduleOracle(Schedule& s) : s_(s) {}
+
+  uint64_t next_use(FileId id) override { return s_.next_use(id); }
+
+ private:
+  Schedule& s_;
+};
+
+std::vector<FileId> shuffled(size_t files, uint32_t seed) {
+  std::vector<FileId> order(files);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  return order;
+}
+
+// Hits per epoch of `policy` for a cache of `capacity` files. With a schedule, every epoch is
+// published one epoch ahead, as a sampler wrapper does, and opens advance it.
+std::vector<uint64_t> run_policy(cachestore::EvictionPolicy& policy, Schedule* schedule,
+                                 size_t files, size_t capacity, int epochs) {
+  std::vector<bool> cached(files, false);
+  size_t resident = 0;
+  std::vector<uint64_t> hits;
+  if (schedule != nullptr) {
+    (void)schedule->publish("rank0", 0, shuffled(files, 1000));
+  }
+  for (int e = 0; e < epochs; ++e) {
+    const auto order = shuffled(files, 1000 + static_cast<uint32_t>(e));
+    if (schedule != nullptr && e + 1 < epochs) {
+      (void)schedule->publish("rank0", e + 1, shuffled(files, 1001 + static_cast<uint32_t>(e)));
+    }
+    uint64_t h = 0;
+    for (FileId f : order) {
+      if (schedule != nullptr) {
+        (void)schedule->on_open(f);
+      }
+      if (cached[f]) {
+        ++h;
+        policy.accessed(f);
+        continue;
+      }
+      if (resident < capacity) {
+        cached[f] = true;
+        ++resident;
+        policy.inserted(f);
+        continue;
+      }
+      auto victim = policy.choose_victim([](FileId) { return true; });
+      if (victim && policy.worth_evicting(f, *victim)) {
+        policy.removed(*victim);
+        cached[*victim] = false;
+        cached[f] = true;
+        policy.inserted(f);
+      }
+    }
+    hits.push_back(h);
+  }
+  return hits;
+}
+
+// Heap in use, counting the large blocks malloc maps separately.
+size_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Heap bytes per file of the registry and of a schedule holding two epochs (the current and
+// the next), for `files` ImageNet-like paths.
+void print_memory(size_t files) {
+  const size_t before = heap_in_use();
+  auto registry = std::make_unique<prefetch::FileRegistry>();
+  for (size_t i = 0; i < files; ++i) {
+    char path[64];
+    snprintf(path, sizeof(path), "n%08zu/n%08zu_%zu.JPEG", i % 1000, i % 1000, i);
+    registry->id_of(path);
+  }
+  const size_t after_registry = heap_in_use();
+  auto schedule = std::make_unique<Schedule>();
+  (void)schedule->publish("rank0", 0, shuffled(files, 1));
+  (void)schedule->publish("rank0", 1, shuffled(files, 2));
+  const size_t after_schedule = heap_in_use();
+  const double n = static_cast<double>(files);
+  printf("memory for %zu files, two epochs published:\n", files);
+  printf("  file registry (path, version): %.1f bytes per file\n",
+         static_cast<double>(after_registry - before) / n);
+  printf(
+      "  schedule: %.1f MB on the heap for %zu entries and %zu files "
+      "(model: 8 bytes per entry + 16 per file = %.1f MB)\n",
+      static_cast<double>(after_schedule - after_registry) / 1e6,
+      static_cast<size_t>(schedule->entries_held()), schedule->files_tracked(),
+      static_cast<double>(8 * schedule->entries_held() + 16 * schedule->files_tracked()) / 1e6);
+}
+
+}  // namespace
+
+int cmd_bench_policy(const BenchPolicyOptions& o) {
+  printf("policy hit rates, %zu files, %d epochs, a fresh shuffle each epoch, no prefetch\n",
+         o.files, o.epochs);
+  printf("%-8s %-22s %-22s %-8s %s\n", "cache", "known future (epochfs)", "LRU", "bound f",
+         "LRU model, epochs 2+");
+  for (double f : o.fractions) {
+    const auto capacity = static_cast<size_t>(f * static_cast<double>(o.files));
+    Schedule schedule;
+    ScheduleOracle oracle(schedule);
+    cachestore::NextUsePolicy known(oracle);
+    cachestore::LruPolicy lru;
+    const auto a = run_policy(known, &schedule, o.files, capacity, o.epochs);
+    const auto b = run_policy(lru, nullptr, o.files, capacity, o.epochs);
+    // Epochs 2 and later: the first epoch starts from an empty cache for every policy.
+    const auto later = [&](const std::vector<uint64_t>& h) {
+      const uint64_t sum = std::accumulate(h.begin() + 1, h.end(), uint64_t{0});
+      return static_cast<double>(sum) / static_cast<double>(o.files * (h.size() - 1));
+    };
+    const auto all = [&](const std::vector<uint64_t>& h) {
+      return static_cast<double>(std::accumulate(h.begin(), h.end(), uint64_t{0})) /
+             static_cast<double>(o.files * h.size());
+    };
+    char ka[32], lb[32];
+    snprintf(ka, sizeof(ka), "%.3f (all %.3f)", later(a), all(a));
+    snprintf(lb, sizeof(lb), "%.3f (all %.3f)", later(b), all(b));
+    printf("%-8.2f %-22s %-22s %-8.3f %.3f\n", f, ka, lb, f, f + (1 - f) * std::log(1 - f));
+  }
+  if (o.memory_files > 0) {
+    print_memory(o.memory_files);
+  }
+  return 0;
+}
+
+}  // namespace epochfs::tools

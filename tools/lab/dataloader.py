@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""DataLoader benchmark: a real PyTorch input pipeline over a slowed FUSE source, every way of
+reading it side by side in one run, with the epochfs daemon's CPU per staged file and per hit.
+
+Lab code (issue 26), not shipped. Run as root (drop_caches) with Debian's /usr/bin/python3
+(python3-torch, python3-torchvision), from the source tree: it uses the built epochfs and
+epochfs-slowfs binaries (--build) and the Python package in tools/python.
+
+The setup:
+
+- --files files of about --kb KB (random bytes, 10 class folders) under <dir>/data/train;
+- the shared storage: epochfs-slowfs serving <dir>/data at <dir>/shared, each open taking
+  --open-ms, each read (up to 128 KiB) --read-ms, read data sharing a link of --mbs MB/s;
+- the trainer: ``torchvision.datasets.ImageFolder`` whose loader reads each file whole into a
+  tensor, a ``DataLoader`` with --workers worker processes and batches of --batch, and
+  --compute-ms of sleep per batch for the GPU;
+- the runs (--runs): ``ideal`` reads <dir>/data (the local disk), ``direct`` the slowed source,
+  ``epochfs-classic`` and ``epochfs-auto`` a mount over it with that --data-path and the
+  sampler wrapped in ``epochfs.torch.PublishingSampler``, ``lru`` a mount with no order
+  published (``--lookahead 0``), ``copy-first`` copies the dataset to the local disk before
+  training (the copy counted in epoch 1);
+- each run's epochs one after the other in a fresh trainer process, the page cache's file
+  pages dropped before each epoch.
+
+The daemon's CPU is read from /proc/<pid>/stat (user + system, all threads) at each epoch's
+start and end. The CPU per hit is the last epoch's CPU over its hits (when it staged
+nothing); the CPU per staged file is epoch 1's CPU less its hits at that rate, over the files
+staged in it.
+
+Prints a table and, with --json, writes every figure. Results: docs/benchmarks.md, "A real
+DataLoader over a slowed FUSE source".
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+from lab import wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_PACKAGE = os.path.join(HERE, "..", "python")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU of process pid, all its threads (live and ended), in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def make_dataset(root, files, kb, seed):
+    rng = random.Random(seed)
+    for i in range(files):
+        folder = os.path.join(root, "c%d" % (i % 10))
+        os.makedirs(folder, exist_ok=True)
+        size = max(1024, int(rng.lognormvariate(0, 0.3) * kb * 1000 / 1.046))
+        with open(os.path.join(folder, "f%06d.bin" % i), "wb") as f:
+            f.write(os.urandom(size))
+
+
+class Mount:
+    """A FUSE daemon in the foreground, mounted at mnt until stop()."""
+
+    def __init__(self, argv, mnt):
+        self.mnt = mnt
+        self.proc = subprocess.Popen(argv)
+        if not wait_for(lambda: os.path.ismount(mnt) or self.proc.poll() is not None):
+            raise SystemExit("%s did not mount" % argv[0])
+        if self.proc.poll() is not None:
+            raise SystemExit("%s exited with %d" % (argv[0], self.proc.returncode))
+
+    def stop(self):
+        subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
+
+
+def trainer_main(a):
+    """The trainer (in its own process): one JSON line per epoch on stdout."""
+    sys.path.insert(0, PYTHON_PACKAGE)
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader, RandomSampler
+    import epochfs
+    import epochfs.torch
+
+    # The point is more workers than cores, as on a GPU node whose cores decode.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+    def load(path):
+        with open(path, "rb") as f:
+            return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+
+    def collate(batch):
+        return len(batch), torch.tensor([label for _, label in batch])
+
+    def drop_pages():
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+
+    # copy-first: the copy belongs to epoch 1's time.
+    copy_seconds = 0
+    if a.copy_from:
+        drop_pages()
+        start = time.monotonic()
+        copy_tree(a.copy_from, a.data_root)
+        copy_seconds = time.monotonic() - start
+    dataset = torchvision.datasets.ImageFolder(a.data, loader=load, is_valid_file=lambda p: True)
+    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(a.seed))
+    if a.publish:
+        sampler = epochfs.torch.PublishingSampler(sampler, a.data,
+                                                  epochfs.torch.dataset_paths(dataset))
+    loader = DataLoader(dataset, sampler=sampler, batch_size=a.batch, num_workers=a.workers,
+                        persistent_workers=True, collate_fn=collate)
+    on_mount = epochfs.is_epochfs(a.data)
+    for epoch in range(a.epochs):
+        if not (epoch == 0 and a.copy_from):
+            drop_pages()
+        before = epochfs.stats(a.data) if on_mount else None
+        cpu_before = cpu_seconds(a.daemon_pid) if a.daemon_pid else 0
+        start = time.monotonic() - (copy_seconds if epoch == 0 else 0)
+        samples = 0
+        for count, _labels in loader:
+            time.sleep(a.compute_ms / 1000)
+            samples += count
+        seconds = time.monotonic() - start
+        row = {"epoch": epoch + 1, "samples": samples, "seconds": round(seconds, 3),
+               "samples_per_s": round(samples / seconds, 1)}
+        if a.daemon_pid:
+            row["daemon_cpu_s"] = round(cpu_seconds(a.daemon_pid) - cpu_before, 3)
+        if on_mount:
+            after = epochfs.stats(a.data)
+            row["hits"] = after["hits"] - before["hits"]
+            row["misses"] = after["misses"] - before["misses"]
+            row["files_staged"] = (after["cache"]["files_staged"]
+                                   - before["cache"]["files_staged"])
+        print(json.dumps(row), flush=True)
+
+
+def copy_tree(source, target):
+    """Copies every file of source into target with 8 threads (copy-first's epoch 1)."""
+    files = []
+    for folder, _dirs, names in os.walk(source):
+        rel = os.path.relpath(folder, source)
+        os.makedirs(os.path.join(target, rel), exist_ok=True)
+        files += [os.path.join(rel, n) for n in names]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda p: shutil.copyfile(os.path.join(source, p),
+                                                os.path.join(target, p)), files))
+
+
+def run_trainer(a, data, *, publish, daemon_pid=0, copy_from=None, data_root=None):
+    argv = [sys.executable, os.path.abspath(__file__), "--trainer", "--data", data,
+            "--epochs", str(a.epochs), "--workers", str(a.workers), "--batch", str(a.batch),
+            "--compute-ms", str(a.compute_ms), "--seed", str(a.seed),
+            "--daemon-pid", str(daemon_pid)]
+    if publish:
+        argv.append("--publish")
+    if copy_from:
+        argv += ["--copy-from", copy_from, "--data-root", data_root]
+    out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def run_one(a, name, dirs):
+    shared_train = os.path.join(dirs["shared"], "train")
+    if name == "ideal":
+        return run_trainer(a, os.path.join(dirs["data"], "train"), publish=False)
+    if name == "direct":
+        return run_trainer(a, shared_train, publish=False)
+    if name == "copy-first":
+        local = os.path.join(dirs["work"], "copy")
+        shutil.rmtree(local, ignore_errors=True)
+        os.makedirs(local)
+        try:
+            return run_trainer(a, os.path.join(local, "train"), publish=False,
+                               copy_from=dirs["shared"], data_root=local)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+    mnt = os.path.join(dirs["work"], "mnt-" + name)
+    cache = os.path.join(dirs["work"], "cache-" + name)
+    os.makedirs(mnt, exist_ok=True)
+    argv = [os.path.join(a.build, "bin", "epochfs"), "mount", "--foreground",
+            dirs["shared"], mnt, "--cache-dir", cache, "--log-level", "warning"]
+    if name == "lru":
+        argv += ["--lookahead", "0"]
+    else:
+        argv += ["--data-path", name.split("-", 1)[1]]
+    mount = Mount(argv, mnt)
+    try:
+        return run_trainer(a, os.path.join(mnt, "train"), publish=name != "lru",
+                           daemon_pid=mount.proc.pid)
+    finally:
+        mount.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def cpu_per_file(rows):
+    """(µs of daemon CPU per staged file, per hit), from epoch 1 and the last epoch."""
+    first, last = rows[0], rows[-1]
+    if "daemon_cpu_s" not in first or len(rows) < 2 or last["files_staged"] > 0:
+        return None, None
+    per_hit = last["daemon_cpu_s"] / max(1, last["hits"])
+    staged = first["files_staged"]
+    per_staged = (first["daemon_cpu_s"] - first["hits"] * per_hit) / staged if staged else None
+    return (round(per_staged * 1e6) if per_staged else None), round(per_hit * 1e6)
+
+
+def print_table(results):
+    ideal = {r["epoch"]: r["samples_per_s"] for r in results.get("ideal", [])}
+    direct = {r["epoch"]: r["samples_per_s"] for r in results.get("direct", [])}
+    print("%-16s %5s %10s %8s %8s %10s %8s" % ("run", "epoch", "samples/s", "x ideal",
+                                              "x direct", "daemon CPU", "hits"))
+    for name, rows in results.items():
+        for r in rows:
+            e = r["epoch"]
+            print("%-16s %5d %10.0f %8s %8s %10s %8s" % (
+                name, e, r["samples_per_s"],
+                "%.2f" % (r["samples_per_s"] / ideal[e]) if e in ideal else "-",
+                "%.2f" % (r["samples_per_s"] / direct[e]) if e in direct else "-",
+                "%.2f s" % r["daemon_cpu_s"] if "daemon_cpu_s" in r else "-",
+                r.get("hits", "-")))
+        staged, hit = cpu_per_file(rows)
+        if hit is not None:
+            print("%-16s daemon CPU per staged file %s µs, per hit %s µs" % (
+                "", staged if staged is not None else "-", hit))
+
+
+def bench_main(a):
+    work = a.dir or tempfile.mkdtemp(prefix="epochfs-dataloader-")
+    dirs = {"work": work, "data": os.path.join(work, "data"),
+            "shared": os.path.join(work, "shared")}
+    os.makedirs(dirs["shared"], exist_ok=True)
+    if not os.path.isdir(os.path.join(dirs["data"], "train")):
+        make_dataset(os.path.join(dirs["data"], "train"), a.files, a.kb, a.seed)
+    slowfs = Mount([os.path.join(a.build, "bin", "epochfs-slowfs"), dirs["data"],
+                    dirs["shared"], "--latency-ms", str(a.read_ms), "--open-latency-ms",
+                    str(a.open_ms), "--bandwidth-mbs", str(a.mbs)], dirs["shared"])
+    results = {}
+    try:
+        for name in a.runs.split(","):
+            rows = run_one(a, name, dirs)
+            results[name] = rows
+            print("%s: %s" % (name, " ".join("%.0f" % r["samples_per_s"] for r in rows)),
+                  file=sys.stderr, flush=True)
+    finally:
+        slowfs.stop()
+    print_table(results)
+    if a.json:
+        summary = {name: dict(zip(("cpu_us_per_staged_file", "cpu_us_per_hit"),
+                                  cpu_per_file(rows))) for name, rows in results.items()}
+        with open(a.json, "w") as f:
+            json.dump({"options": vars(a), "epochs": results, "cpu": summary}, f, indent=2)
+    if not a.dir and not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+RUNS = "ideal,direct,lru,copy-first,epochfs-classic,epochfs-auto"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build/ci", help="the CMake build directory")
+    ap.add_argument("--dir", help="work directory (default: a new temporary one, removed)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    ap.add_argument("--runs", default=RUNS, help="runs, in this order (default: %s)" % RUNS)
+    ap.add_argument("--files", type=int, default=3000)
+    ap.add_argument("--kb", type=float, default=100, help="mean file size in KB")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--compute-ms", type=float, default=20, help="emulated GPU time per batch")
+    ap.add_argument("--open-ms", type=float, default=4, help="the source's time per open")
+    ap.add_argument("--read-ms", type=float, default=0.4, help="the source's time per read")
+    ap.add_argument("--mbs", type=float, default=300, help="the source's link in MB/s")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write every figure to this file")
+    # The trainer process's own arguments.
+    ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--publish", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--daemon-pid", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--copy-from", help=argparse.SUPPRESS)
+    ap.add_argument("--data-root", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.trainer:
+        trainer_main(a)
+    else:
+        a.build = os.path.abspath(a.build)
+        bench_main(a)
+
+
+if __name__ == "__main__":
+    main()
