@@ -1,0 +1,224 @@
+// READ: a cached copy's bytes through a pipe per worker (or a buffer when no pipe can be had),
+// checked before anything is sent, so that a failing copy is answered from the source
+// instead; the source's through the engine's guard; control files from their snapshot.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusefs/control_dir.h"
+#include "fusefs/filesystem.h"
+#include "fusefs/fuse_reply.h"
+
+namespace epochfs::fusefs {
+namespace {
+
+using cachestore::Status;
+
+// A pipe per FUSE worker, for reads of cached copies: the copy's pages are spliced into it
+// first, so that a failed or short read of the copy is seen here, before anything is sent,
+// and the reader can be answered from the source instead. (Handing the copy's fd to
+// fuse_reply_data would let libfuse reply the error to the reader itself.)
+struct CopyPipe {
+  static constexpr size_t kPage = 4096;
+
+  int r = -1;
+  int w = -1;
+  size_t capacity = 0;
+
+  ~CopyPipe() { reset(); }
+
+  void reset() {
+    if (r >= 0) {
+      close(r);
+      close(w);
+    }
+    r = w = -1;
+    capacity = 0;
+  }
+
+  // Ready for len bytes at off; false if this pipe cannot hold them. A pipe holds one page per
+  // slot, and a read not aligned to a page touches one page more than its length says.
+  bool ready(off_t off, size_t len) {
+    if (r < 0) {
+      int fds[2];
+      if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        return false;
+      }
+      r = fds[0];
+      w = fds[1];
+      // Beyond the per-user pipe limit the kernel refuses to grow it: keep the default size,
+      // which still takes the small reads.
+      const int got = fcntl(w, F_SETPIPE_SZ, 1 << 20);
+      const int size = got > 0 ? got : fcntl(w, F_GETPIPE_SZ);
+      capacity = size > 0 ? static_cast<size_t>(size) : 0;
+    }
+    const size_t skew = static_cast<size_t>(off) % kPage;
+    return (skew + len + kPage - 1) / kPage * kPage <= capacity;
+  }
+
+  // Moves up to len bytes of fd at off into the pipe; the count, or -errno. Never blocks: a
+  // full pipe (EAGAIN) is an error of the pipe, not of the copy.
+  ssize_t fill(int fd, off_t off, size_t len) {
+    size_t total = 0;
+    while (total < len) {
+      loff_t pos = off + static_cast<off_t>(total);
+      const ssize_t n =
+          splice(fd, &pos, w, nullptr, len - total, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0) {
+        return -errno;
+      }
+      if (n == 0) {
+        break;
+      }
+      total += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(total);
+  }
+
+  // True if nothing is left in the pipe (a reply that failed half-way leaves bytes behind).
+  bool empty() const {
+    int queued = 0;
+    return ioctl(r, FIONREAD, &queued) == 0 && queued == 0;
+  }
+};
+
+enum class CopyRead { kSent, kFailed, kNoPipe };
+
+// Answers a read of a cached copy through the worker's pipe. kFailed, with nothing sent, if
+// the copy could not give the bytes its version has: the caller reads the source instead.
+CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+  thread_local CopyPipe pipe;
+  const auto file_size = static_cast<uint64_t>(file.file.version.size);
+  const auto at = static_cast<uint64_t>(off);
+  const size_t expected =
+      at >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - at));
+  if (expected == 0) {
+    fuse_reply_buf(req, nullptr, 0);
+    return CopyRead::kSent;
+  }
+  if (!pipe.ready(off, expected)) {
+    return CopyRead::kNoPipe;
+  }
+  const ssize_t n = pipe.fill(file.read_fd.load(std::memory_order_acquire), off, expected);
+  if (n != static_cast<ssize_t>(expected)) {
+    pipe.reset();  // drop whatever part was spliced
+    return n == -EAGAIN ? CopyRead::kNoPipe : CopyRead::kFailed;
+  }
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(expected);
+  buf.buf[0].flags = FUSE_BUF_IS_FD;
+  buf.buf[0].fd = pipe.r;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+  if (!pipe.empty()) {
+    pipe.reset();
+  }
+  return CopyRead::kSent;
+}
+
+// Answers a read of a cached copy through a buffer, when no pipe can be had (pipe2 refused,
+// EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
+// the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
+// replying from the copy's fd instead would hand its error or short read to the reader.
+CopyRead reply_copy_buffered(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+  thread_local std::vector<char> buffer;
+  const auto file_size = static_cast<uint64_t>(file.file.version.size);
+  const auto at = static_cast<uint64_t>(off);
+  const size_t expected =
+      at >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - at));
+  if (buffer.size() < expected) {
+    buffer.resize(expected);  // at most one read's size (max_read) per worker
+  }
+  const int fd = file.read_fd.load(std::memory_order_acquire);
+  size_t got = 0;
+  while (got < expected) {
+    const ssize_t n = pread(fd, buffer.data() + got, expected - got, off + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return CopyRead::kFailed;
+    }
+    got += static_cast<size_t>(n);
+  }
+  fuse_reply_buf(req, buffer.data(), expected);
+  return CopyRead::kSent;
+}
+
+void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+  if (file.is_control) {
+    // A copy, not a pointer into the handle: once the kernel has the reply (inside writev),
+    // it may send RELEASE, and another worker may free the handle before writev returns.
+    const std::string& text = file.control_content;
+    const size_t start = std::min(text.size(), static_cast<size_t>(off));
+    const std::string chunk = text.substr(start, size);
+    fuse_reply_buf(req, chunk.data(), chunk.size());
+    return;
+  }
+  fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
+  std::optional<cachestore::DiskWatch::Op> watch;
+  if (file.reading_copy.load(std::memory_order_acquire)) {
+    watch.emplace(fs_of(req).watch_copy_read());
+    CopyRead r = reply_from_copy(req, file, size, off);
+    if (r == CopyRead::kNoPipe) {
+      r = reply_copy_buffered(req, file, size, off);
+    }
+    if (r == CopyRead::kSent) {
+      return;
+    }
+    if (r == CopyRead::kFailed) {
+      // The rest comes from the source, at the version this reader has been reading: a slow
+      // source is not a hung cache disk.
+      watch.reset();
+      Status switched = fs_of(req).read_source_instead(file);
+      if (!switched.is_ok()) {
+        reply_status(req, switched);
+        return;
+      }
+    }
+  }
+  // From the source: through a buffer, read by the engine's guard, so that a hung source
+  // cannot hold this reader in the kernel unkillably.
+  auto data = fs_of(req).read_source(file, size, off);
+  if (!data.is_ok()) {
+    reply_status(req, data.status());
+    return;
+  }
+  fuse_reply_buf(req, data.value().data(), data.value().size());
+}
+
+// A read that came without a file handle: the kernel opened the file without asking
+// (--data-path no-open).
+void reply_implicit_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
+  Filesystem& fs = fs_of(req);
+  if (is_control(ino)) {
+    const std::string chunk = fs.control_file_read(ino, static_cast<uint64_t>(off), size);
+    fuse_reply_buf(req, chunk.data(), chunk.size());
+    return;
+  }
+  auto lease = fs.implicit_open(ino, static_cast<uint64_t>(off), fuse_req_ctx(req)->uid);
+  if (!lease.is_ok()) {
+    reply_status(req, lease.status());
+    return;
+  }
+  reply_read(req, lease.value()->handle(), size, off);  // the lease outlives the reply
+}
+
+}  // namespace
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  if (fi->fh == 0) {
+    reply_implicit_read(req, ino, size, off);
+    return;
+  }
+  reply_read(req, *file_of(fi), size, off);
+}
+
+}  // namespace epochfs::fusefs
