@@ -268,7 +268,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
   // it over: a flight left behind would make every later open of the file wait in vain.
   OnExit guard([&] {
     if (own_flight) {
-      end_flight(id);
+      flights_.end(id);
     }
   });
 
@@ -282,7 +282,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
     // Claiming the flight before opening the source closes the window in which a prefetch of
     // the same file could start: the source sees one open per file.
     if (!fd && stager_) {
-      own_flight = claim_flight(id) == Claim::kOwned;
+      own_flight = flights_.claim(id) == Flights::Claim::kOwned;
       if (!own_flight) {
         outcome.waited = wait_for_flight(id, &outcome.stall_ns);
       }
@@ -292,7 +292,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
       // The copy waited for did not come (it failed, or a prefetch gave up on a file this very
       // open took from its stream's order): this reader makes it.
       if (!fd && !own_flight) {
-        own_flight = claim_flight(id) == Claim::kOwned;
+        own_flight = flights_.claim(id) == Flights::Claim::kOwned;
       }
     }
     if (fd) {
@@ -333,92 +333,17 @@ void Engine::count_open(const OpenFile& file, const OpenOutcome& outcome) {
   }
 }
 
-Engine::Claim Engine::claim_flight(FileId id) {
-  cachestore::MutexLock lock(flights_mu_);
-  auto [it, created] = flights_.try_emplace(id);
-  Flight& f = it->second;
-  if (!created && f.started) {
-    return Claim::kInFlight;
-  }
-  // A prefetch taken over from the queue keeps its slot until its job leaves the queue (and
-  // skips itself): slots bound the prefetch jobs queued, live or not, so they never crowd
-  // the copies of readers' misses out of the stager's queue.
-  f = Flight{false, true, next_flight_gen_++, now_ns()};
-  return Claim::kOwned;
-}
-
-uint64_t Engine::begin_prefetch_flight(FileId id) {
-  cachestore::MutexLock lock(flights_mu_);
-  const uint64_t gen = next_flight_gen_;
-  if (!flights_.try_emplace(id, Flight{true, false, gen, now_ns()}).second) {
-    return 0;
-  }
-  ++next_flight_gen_;
-  ++prefetch_flights_;
-  return gen;
-}
-
-bool Engine::start_prefetch_flight(FileId id, uint64_t gen) {
-  cachestore::MutexLock lock(flights_mu_);
-  auto it = flights_.find(id);
-  if (it == flights_.end() || it->second.gen != gen) {
-    --prefetch_flights_;  // taken over by a reader: the slot it kept is free now
-    return false;
-  }
-  it->second.started = true;
-  it->second.progress_ns = now_ns();
-  return true;
-}
-
-void Engine::end_flight(FileId id, uint64_t gen) {
-  cachestore::MutexLock lock(flights_mu_);
-  auto it = flights_.find(id);
-  if (it != flights_.end() && (gen == 0 || it->second.gen == gen)) {
-    prefetch_flights_ -= it->second.prefetch ? 1 : 0;
-    flights_.erase(it);
-  }
-  flight_done_.notify_all();
-}
-
 bool Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
-  const int64_t start = now_ns();
-  const auto deadline = start + static_cast<int64_t>(options_.max_wait_s * 1e9);
-  const auto stuck_ns = static_cast<int64_t>(options_.stuck_copy_s * 1e9);
-  bool abandoned = false;
-  {
-    cachestore::MutexLock lock(flights_mu_);
-    if (flights_.count(id) == 0) {
-      return false;
-    }
-    for (auto it = flights_.find(id); it != flights_.end(); it = flights_.find(id)) {
-      const int64_t now = now_ns();
-      // A copy queued or running that has written nothing for this long is stuck (or queued
-      // behind stuck ones): the reader goes to the source. Copies stuck since long ago are
-      // given up on at once, so a hung cache disk costs the trainer one wait, not one per file.
-      abandoned = now - it->second.progress_ns >= stuck_ns;
-      if (abandoned || now >= deadline) {
-        break;
-      }
-      flight_done_.wait_for(std::chrono::milliseconds(100));
-    }
-  }
-  *stall_ns += static_cast<uint64_t>(now_ns() - start);
-  if (abandoned) {
+  const auto wait = flights_.wait(id, static_cast<int64_t>(options_.max_wait_s * 1e9),
+                                  static_cast<int64_t>(options_.stuck_copy_s * 1e9), stall_ns);
+  if (wait == Flights::Wait::kStuck) {
     waits_abandoned_.fetch_add(1, kRelaxed);
     cachestore::log(cachestore::LogLevel::kWarning,
                     "the copy of %s has written nothing for %.0f s (cache disk or source "
                     "stuck?): reading the source instead",
                     escape_for_log(registry_.path_of(id)).c_str(), options_.stuck_copy_s);
   }
-  return true;
-}
-
-void Engine::note_progress(FileId id) {
-  cachestore::MutexLock lock(flights_mu_);
-  auto it = flights_.find(id);
-  if (it != flights_.end()) {
-    it->second.progress_ns = now_ns();
-  }
+  return wait != Flights::Wait::kNoFlight;
 }
 
 unsigned Engine::prefetch_slots() {
@@ -427,8 +352,8 @@ unsigned Engine::prefetch_slots() {
   }
   // Twice the threads: one copy running and one queued per thread keeps them all busy.
   const unsigned limit = 2 * options_.stage_threads;
-  cachestore::MutexLock lock(flights_mu_);
-  return prefetch_flights_ >= limit ? 0 : limit - prefetch_flights_;
+  const unsigned queued = flights_.prefetches();
+  return queued >= limit ? 0 : limit - queued;
 }
 
 bool Engine::prefetch(FileId id, size_t stream) {
@@ -439,15 +364,15 @@ bool Engine::prefetch(FileId id, size_t stream) {
     stat_ahead(id);
     return false;
   }
-  const uint64_t gen = begin_prefetch_flight(id);
+  const uint64_t gen = flights_.begin_prefetch(id);
   if (gen == 0) {
     return false;
   }
   auto job = [this, id, stream, gen, path = registry_.path_of(id)] {
-    if (!start_prefetch_flight(id, gen)) {
+    if (!flights_.start_prefetch(id, gen)) {
       return;  // a reader took the copy over while it was queued
     }
-    OnExit ended([&] { end_flight(id); });  // a throw must not leave the flight (and slot)
+    OnExit ended([&] { flights_.end(id); });  // a throw must not leave the flight (and slot)
     prefetch_copy(id, stream, path);
   };
   bool queued = false;
@@ -457,7 +382,7 @@ bool Engine::prefetch(FileId id, size_t stream) {
     queued = false;
   }
   if (!queued) {
-    end_flight(id, gen);
+    flights_.end(id, gen);
     return false;
   }
   prefetches_.fetch_add(1, kRelaxed);
@@ -535,7 +460,7 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
   }
   auto job = [this, id = file.id, path = rel_path, version = file.version,
               fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
-    OnExit ended([&] { end_flight(id); });
+    OnExit ended([&] { flights_.end(id); });
     const int64_t start = now_ns();
     stage(id, path, std::move(*fd), version);
     copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
@@ -554,7 +479,8 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
     return;
   }
   bool cache_fault = false;
-  auto hash = cachestore::copy_into(fd.get(), *staging, &cache_fault, [&] { note_progress(id); });
+  auto hash =
+      cachestore::copy_into(fd.get(), *staging, &cache_fault, [&] { flights_.note_progress(id); });
   if (!hash.is_ok()) {
     cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
                     hash.status().to_string().c_str());

@@ -41,6 +41,7 @@
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 #include "prefetch/file_registry.h"
+#include "prefetch/flights.h"
 #include "prefetch/fresh_attrs.h"
 #include "prefetch/latency_histogram.h"
 #include "prefetch/order_upload.h"
@@ -222,22 +223,9 @@ class Engine final : public PrefetchSink {
   // A copy ended (made or not) latency_ns after it began: the histogram and the planner.
   void copy_finished(int64_t latency_ns, uint64_t bytes);
 
-  // Flights: copies in progress, one per file at most. A reader claims a file's flight before
-  // reading it from the source (claim_flight): it gets a new flight, or takes over a prefetch
-  // copy still waiting in the stager's queue (which then skips itself: a reader must not wait
-  // behind queued prefetches), or is told to wait for the copy already running.
-  enum class Claim { kOwned, kInFlight };
-  Claim claim_flight(FileId id);
-  // A prefetch flight for id; 0 if id already has a flight, else its generation.
-  uint64_t begin_prefetch_flight(FileId id);
-  // The queued prefetch copy of generation gen is starting: false if a reader took it over.
-  bool start_prefetch_flight(FileId id, uint64_t gen);
-  // Ends id's flight (only generation gen's, if gen is not 0) and wakes its waiters.
-  void end_flight(FileId id, uint64_t gen = 0);
-  // Waits for id's copy if one is in flight; adds the time waited to *stall_ns.
+  // Waits for id's copy if one is in flight (Flights::wait; a stuck one is counted and
+  // logged); adds the time waited to *stall_ns. False if none was in flight.
   bool wait_for_flight(FileId id, uint64_t* stall_ns);
-  // id's copy wrote another chunk: it is not stuck.
-  void note_progress(FileId id);
 
   // Dependencies, in destruction order reversed: the stager goes first, the planner last.
   const cachestore::RootDir& source_;
@@ -247,6 +235,7 @@ class Engine final : public PrefetchSink {
   FileRegistry registry_;
   FreshAttrs fresh_;
   StatBatches stats_ahead_queue_{16};
+  Flights flights_;  // copies in progress, one per file (prefetch/flights.h)
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
   SourceGuard guard_;                  // last: its threads may call into the planner (replan)
@@ -267,21 +256,6 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> prefetches_{0};
   LatencyHistogram open_latency_;
   LatencyHistogram copy_latency_;
-
-  struct Flight {
-    bool prefetch = false;  // a prefetch copy (counted against the planner's slots)
-    bool started = false;   // its copy is running; before that a reader may take it over
-    uint64_t gen = 0;
-    int64_t progress_ns = 0;  // when it was made, started, or last wrote a chunk
-  };
-
-  cachestore::Mutex flights_mu_;
-  cachestore::CondVar flight_done_{&flights_mu_};
-  std::unordered_map<FileId, Flight> flights_ GUARDED_BY(flights_mu_);
-  uint64_t next_flight_gen_ GUARDED_BY(flights_mu_) = 1;
-  // Prefetch jobs queued or running, the planner's slots; one a reader took over counts until
-  // it leaves the queue.
-  unsigned prefetch_flights_ GUARDED_BY(flights_mu_) = 0;
 };
 
 }  // namespace epochfs::prefetch
