@@ -48,7 +48,7 @@ TEST_CASE("a reader takes over a queued prefetch, whose job then skips itself", 
   CHECK(f.claim(3) == Flights::Claim::kInFlight);
 }
 
-TEST_CASE("a running prefetch cannot be taken over; its end frees its slot", "[flights]") {
+TEST_CASE("a running prefetch cannot be taken over, and its end frees its slot", "[flights]") {
   FakeClock t;
   Flights f(t.clock(), std::chrono::milliseconds(1));
   const uint64_t gen = f.begin_prefetch(3);
