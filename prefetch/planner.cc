@@ -79,6 +79,7 @@ void Planner::run() {
       if (stopping_) {
         return;
       }
+      passing_ = dirty_;
       dirty_ = false;
     }
     const auto started = std::chrono::steady_clock::now();
@@ -88,6 +89,10 @@ void Planner::run() {
     } catch (const std::bad_alloc&) {
       // Out of memory: skip this pass; the reads themselves never depend on prefetch.
       cachestore::log(LogLevel::kError, "planner: out of memory; prefetch paused for a pass");
+    }
+    {
+      MutexLock lock(mu_);
+      passing_ = false;
     }
     std::this_thread::sleep_until(started + kMinPassInterval);
   }
@@ -597,6 +602,7 @@ uint64_t Planner::next_use(FileId id) {
 PlannerStats Planner::stats() const {
   MutexLock lock(mu_);
   PlannerStats out;
+  out.planning = dirty_ || passing_;
   // Empty files measured so far must not make the mean 0 (a division below).
   const double mean_bytes =
       copies_measured_ > 0 ? std::max(1.0, mean_file_bytes_) : kInitialFileBytes;

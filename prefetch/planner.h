@@ -109,6 +109,8 @@ struct PlannerStats {
   uint64_t jobs = 0;        // jobs holding streams or manifests now
   uint64_t jobs_ended = 0;  // since the mount: their processes exited, or they went idle
   uint64_t publishes_over_limit = 0;
+  // A planning pass is due or running: copies it hands out are not queued yet.
+  bool planning = false;
 };
 
 // How an open was served, for the stream's counters.
@@ -224,7 +226,8 @@ class Planner final : public cachestore::NextUseOracle {
   double mean_file_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t copies_measured_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
-  bool dirty_ GUARDED_BY(mu_) = false;  // something changed since the last planning pass
+  bool dirty_ GUARDED_BY(mu_) = false;    // something changed since the last planning pass
+  bool passing_ GUARDED_BY(mu_) = false;  // a pass runs
 
   PrefetchSink* sink_ = nullptr;
   std::thread thread_;

@@ -378,9 +378,17 @@ int publish(const Mount& mount, const std::string& text, const std::string& name
 }
 
 void wait_for_staging(const Mount& mount) {
-  for (int i = 0; i < 1000 && stat_of(mount, "cache.copies_queued") > 0; ++i) {
+  // "Nothing queued" alone is also true before the planner's first pass after a publish.
+  const auto planning = [&] {
+    auto doc = tools::read_stats(mount.path());
+    REQUIRE(doc.has_value());
+    REQUIRE(doc->values.count("prefetch.planning") == 1);
+    return doc->values.at("prefetch.planning") == "true";
+  };
+  for (int i = 0; i < 1000 && (planning() || stat_of(mount, "cache.copies_queued") > 0); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  REQUIRE_FALSE(planning());
   REQUIRE(stat_of(mount, "cache.copies_queued") == 0);
   REQUIRE(stat_of(mount, "cache.copies_in_flight") == 0);
 }
