@@ -565,14 +565,16 @@ EngineStats Engine::stats() const {
   s.prefetches = prefetches_.load(kRelaxed);
   s.open_latency = open_latency_.snapshot();
   s.copy_latency = copy_latency_.snapshot();
-  s.planner = planner_->stats();
-  s.copies_queued = stager_ ? stager_->pending() : 0;
-  s.cache_enabled = cache_ != nullptr;
-  s.source = guard_.health();
+  // Copies in flight, then queued, then the planner: a copy that ends between two of these
+  // reads shows in the one before, or has made a planning pass due in the one after.
   if (cache_) {
     s.cache = cache_->stats();
     s.cache_dir = cache_->path();
   }
+  s.copies_queued = stager_ ? stager_->pending() : 0;
+  s.planner = planner_->stats();
+  s.cache_enabled = cache_ != nullptr;
+  s.source = guard_.health();
   return s;
 }
 
