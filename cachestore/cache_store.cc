@@ -1,3 +1,6 @@
+// CacheStore: admission and eviction under the capacity, staging a copy and committing it,
+// opening a ready copy for a reader, and verify. Kept copies are in cache_store_kept.cc, disk
+// faults in cache_store_faults.cc, the copying itself in copy.cc.
 #include "cachestore/cache_store.h"
 
 #include <errno.h>
@@ -6,27 +9,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <filesystem>
-#include <functional>
 #include <random>
+#include <utility>
 
-#include <xxhash.h>
-
-#include "cachestore/index_file.h"
+#include "cachestore/copy.h"
 #include "cachestore/log.h"
 #include "cachestore/root_dir.h"
 
 namespace epochfs::cachestore {
 namespace {
-
-// How long staging stays off after a cache-disk fault before it is tried again. Short for a
-// full disk (space comes back as files are evicted or others delete theirs), longer for I/O
-// errors (a sick disk should not be hammered).
-constexpr int64_t kNoSpaceBackoffNs = 2'000'000'000;
-constexpr int64_t kIoErrorBackoffNs = 30'000'000'000;
-
-bool is_no_space(int err) { return err == ENOSPC || err == EDQUOT; }
 
 std::string temp_name_for(const std::string& final_name) {
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -125,181 +116,9 @@ CacheStore::~CacheStore() {
   }
 }
 
-// The index is written only at a clean shutdown and deleted as soon as it is read: after a
-// crash there is no index, and nothing unverified is ever trusted.
-void CacheStore::save_index() {
-  std::vector<KeptCopy> copies;
-  {
-    MutexLock lock(mu_);
-    for (const auto& [id, e] : entries_) {
-      if (e.state == State::kReady && !e.doomed) {
-        copies.push_back(KeptCopy{e.path, e.size, e.version, e.hash});
-      }
-    }
-  }
-  const std::string text = format_index(copies);
-  const std::string temp = std::string(CacheDir::kIndexName) + ".tmp";
-  UniqueFd fd(::openat(dir_->fd(), temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd.valid() ||
-      ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-      ::renameat(dir_->fd(), temp.c_str(), dir_->fd(), CacheDir::kIndexName) != 0) {
-    log(LogLevel::kWarning, "cache: cannot write the index of %s; the next mount starts empty",
-        dir_->path().c_str());
-    return;
-  }
-  log(LogLevel::kInfo, "cache: kept %zu copies in %s", copies.size(), dir_->path().c_str());
-}
-
-void CacheStore::load_index() {
-  std::string text;
-  {
-    UniqueFd fd(::openat(dir_->fd(), CacheDir::kIndexName, O_RDONLY | O_CLOEXEC));
-    char buf[65536];
-    ssize_t n;
-    while (fd.valid() && (n = ::read(fd.get(), buf, sizeof(buf))) > 0) {
-      text.append(buf, static_cast<size_t>(n));
-    }
-  }
-  ::unlinkat(dir_->fd(), CacheDir::kIndexName, 0);
-  auto copies = parse_index(text);
-  if (!copies) {
-    log(LogLevel::kWarning, "cache: the kept index in %s is damaged; starting empty",
-        dir_->path().c_str());
-    copies.emplace();
-  }
-  // Keep what the index vouches for and is still there whole; remove everything else
-  // (temporary files of a copy cut short, copies the index does not know).
-  std::unordered_map<std::string, KeptCopy> wanted;
-  for (auto& c : *copies) {
-    wanted.emplace(CacheDir::object_name(c.path), std::move(c));
-  }
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir_->path(), ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it.depth() == 0) {
-      continue;  // the lock file and the fan-out directories
-    }
-    const std::string name = std::filesystem::relative(it->path(), dir_->path()).string();
-    auto w = wanted.find(name);
-    if (w != wanted.end() && it->file_size(ec) == w->second.size) {
-      kept_.push_back(std::move(w->second));
-      wanted.erase(w);
-    } else {
-      ::unlinkat(dir_->fd(), name.c_str(), 0);
-    }
-  }
-}
-
-void CacheStore::adopt(FileId id, const KeptCopy& copy) {
-  const std::string name = CacheDir::object_name(copy.path);
-  const uint64_t charge = charge_for(copy.size);
-  {
-    MutexLock lock(mu_);
-    if (entries_.count(id) == 0 && used_bytes_ + charge <= options_.capacity_bytes) {
-      used_bytes_ += charge;
-      Entry e{State::kReady, false,        true,      0,    copy.size,
-              charge,        copy.version, copy.hash, name, copy.path};
-      entries_.emplace(id, std::move(e));
-      policy_->inserted(id);
-      return;
-    }
-  }
-  ::unlinkat(dir_->fd(), name.c_str(), 0);  // no room under the capacity of this mount
-}
-
 uint64_t CacheStore::charge_for(uint64_t size) const {
   const uint64_t blocks = std::max<uint64_t>(1, (size + block_bytes_ - 1) / block_bytes_);
   return blocks * block_bytes_;
-}
-
-// The capacity, lowered so that the cache filesystem keeps its free-space reserve. A statvfs
-// that reports no blocks (some FUSE and network filesystems) gives no information, so it
-// does not shrink the capacity; inode counts are not used (f_files = 0 on btrfs, tmpfs).
-uint64_t CacheStore::effective_capacity() {
-  auto fs = dir_->statfs();
-  uint64_t used;
-  uint64_t unwritten;
-  {
-    MutexLock lock(mu_);
-    used = used_bytes_;
-    // Copies in flight are charged but not yet written: statvfs does not see them yet.
-    unwritten = staging_bytes_;
-  }
-  if (!fs.is_ok() || fs.value().f_blocks == 0) {
-    return options_.capacity_bytes;
-  }
-  const auto& st = fs.value();
-  const uint64_t unit = st.f_frsize > 0 ? st.f_frsize : st.f_bsize;
-  const uint64_t total = st.f_blocks * unit;
-  const uint64_t avail = st.f_bavail * unit;
-  const auto reserve =
-      static_cast<uint64_t>(static_cast<double>(total) * options_.reserve_fraction);
-  const uint64_t room = avail > reserve + unwritten ? avail - reserve - unwritten : 0;
-  return std::min(options_.capacity_bytes, used + room);
-}
-
-bool CacheStore::disk_hung() {
-  const bool hung = watch_.hung();
-  // Read first: every open comes here, and an exchange each time would bounce the line.
-  if (hung != hung_logged_.load(std::memory_order_relaxed) && hung != hung_logged_.exchange(hung)) {
-    if (hung) {
-      log(LogLevel::kWarning,
-          "cache: a call on the cache disk has not returned for %.0f s; serving from the source "
-          "and pausing staging until it does (%s)",
-          options_.stuck_io_s, dir_->path().c_str());
-    } else {
-      log(LogLevel::kInfo, "cache: the cache disk answers again (%s)", dir_->path().c_str());
-    }
-  }
-  return hung;
-}
-
-bool CacheStore::bypass_hung_disk(FileId id) {
-  if (!disk_hung()) {
-    return false;
-  }
-  MutexLock lock(mu_);
-  auto it = entries_.find(id);
-  if (it != entries_.end() && it->second.state == State::kReady && !it->second.doomed) {
-    ++counters_.hung_disk_bypasses;
-  }
-  return true;
-}
-
-bool CacheStore::staging_suspended() {
-  if (disk_hung()) {
-    MutexLock lock(mu_);
-    ++counters_.skipped_suspended;
-    return true;
-  }
-  {
-    MutexLock lock(mu_);
-    if (suspended_until_ns_ == 0) {
-      return false;
-    }
-    if (now_ns() < suspended_until_ns_) {
-      ++counters_.skipped_suspended;
-      return true;
-    }
-    suspended_until_ns_ = 0;
-  }
-  log(LogLevel::kInfo, "cache: staging resumed in %s", dir_->path().c_str());
-  return false;
-}
-
-void CacheStore::note_fault(int err) {
-  const bool no_space = is_no_space(err);
-  bool first;
-  {
-    MutexLock lock(mu_);
-    no_space ? ++counters_.errors_no_space : ++counters_.errors_io;
-    first = suspended_until_ns_ == 0;
-    suspended_until_ns_ = now_ns() + (no_space ? kNoSpaceBackoffNs : kIoErrorBackoffNs);
-  }
-  if (first) {
-    log(LogLevel::kWarning, "cache: %s; serving from the source and pausing staging",
-        Status::error(err, dir_->path()).to_string().c_str());
-  }
 }
 
 void CacheStore::mark_removing(FileId id, Entry& e, std::vector<Removal>& out) {
@@ -368,62 +187,6 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
   }
 }
 
-Status CacheStore::create_temp(Staging& s) {
-  const DiskWatch::Op op = watch_.begin();
-  Status made = dir_->make_parents(s.final_name_);
-  if (!made.is_ok()) {
-    return made;
-  }
-  s.fd_.reset(
-      ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  return s.fd_.valid() ? Status::ok() : Status::error(errno, "create " + s.temp_name_);
-}
-
-bool CacheStore::remake_removed_dir() {
-  MutexLock remaking(remake_mu_);
-  if (!dir_->removed()) {
-    return true;  // made again by another thread meanwhile
-  }
-  // Every copy went with the directory; they are forgotten before the new directory exists.
-  // Done after it, a copy made in the new directory meanwhile (a staging that found it) would
-  // be forgotten too, counted as lost and left there unaccounted.
-  const size_t lost = forget_ready_copies();
-  Status made = dir_->recreate();
-  if (!made.is_ok()) {
-    log(LogLevel::kWarning, "cache: %s was removed and cannot be made again: %s",
-        dir_->path().c_str(), made.to_string().c_str());
-    return false;
-  }
-  log(LogLevel::kWarning, "cache: %s was removed while mounted, with %zu copies; made it again",
-      dir_->path().c_str(), lost);
-  return true;
-}
-
-size_t CacheStore::forget_ready_copies() {
-  size_t lost = 0;
-  MutexLock lock(mu_);
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    Entry& e = it->second;
-    if (e.state != State::kReady || e.doomed) {
-      // A copy being made fails at its commit, a removal finds nothing to unlink, and a
-      // doomed copy was counted when it was found missing.
-      ++it;
-      continue;
-    }
-    ++lost;
-    ++counters_.dropped_damaged;
-    if (e.pins > 0) {
-      e.doomed = true;  // dropped at its last unpin
-      ++it;
-      continue;
-    }
-    policy_->removed(it->first);
-    used_bytes_ -= e.charge;
-    it = entries_.erase(it);
-  }
-  return lost;
-}
-
 std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path,
                                                  uint64_t size) {
   if (staging_suspended()) {
@@ -450,6 +213,17 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
     return std::nullopt;
   }
   return s;
+}
+
+Status CacheStore::create_temp(Staging& s) {
+  const DiskWatch::Op op = watch_.begin();
+  Status made = dir_->make_parents(s.final_name_);
+  if (!made.is_ok()) {
+    return made;
+  }
+  s.fd_.reset(
+      ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  return s.fd_.valid() ? Status::ok() : Status::error(errno, "create " + s.temp_name_);
 }
 
 Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t hash) {
@@ -594,30 +368,6 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   return std::nullopt;
 }
 
-// A copy kept by an earlier mount is read whole and hashed once, at its first open, before it
-// is served: the mount that wrote it did not fsync, and the disk may have changed since.
-bool CacheStore::verify_copy(FileId id, int fd) {
-  uint64_t expected;
-  uint64_t size;
-  {
-    MutexLock lock(mu_);
-    auto it = entries_.find(id);
-    if (it == entries_.end() || !it->second.verify_pending) {
-      return true;
-    }
-    expected = it->second.hash;
-    size = it->second.size;
-  }
-  auto actual = hash_fd(fd, size);
-  MutexLock lock(mu_);
-  auto it = entries_.find(id);
-  if (actual.is_ok() && actual.value() == expected && it != entries_.end()) {
-    it->second.verify_pending = false;
-    return true;
-  }
-  return false;
-}
-
 VerifyReport CacheStore::verify_all() {
   std::vector<FileId> ids;
   {
@@ -703,65 +453,6 @@ CacheStats CacheStore::stats() const {
   s.used_bytes = used_bytes_;
   s.files_ready = policy_->size();
   return s;
-}
-
-// --- Copying ---------------------------------------------------------------------------------
-
-namespace {
-
-// Reads the first size bytes of fd in 256 KiB chunks (a typical ~110 KB sample in one read),
-// hashes them with XXH3-64 and hands each chunk to sink. A read error, or the file ending
-// early (EIO), stops it; so does a sink error.
-Result<uint64_t> hash_chunks(int fd, uint64_t size,
-                             const std::function<Status(const char*, size_t)>& sink) {
-  // Per copy thread, not zero-filled (a vector's would be): only the pages a copy touches
-  // become resident, so 128 threads copying 100 kB files keep ~13 MiB, not 32 (the soak
-  // benchmark's finding).
-  constexpr size_t kChunk = 256 << 10;
-  thread_local std::unique_ptr<char[]> buf(new char[kChunk]);
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  Status failure;
-  for (uint64_t off = 0; off < size && failure.is_ok();) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
-    const ssize_t n = ::pread(fd, buf.get(), want, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      failure = Status::error(n < 0 ? errno : EIO, "read");
-      break;
-    }
-    XXH3_64bits_update(state, buf.get(), static_cast<size_t>(n));
-    failure = sink(buf.get(), static_cast<size_t>(n));
-    off += static_cast<uint64_t>(n);
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!failure.is_ok()) {
-    return failure;
-  }
-  return hash;
-}
-
-}  // namespace
-
-Result<uint64_t> hash_fd(int fd, uint64_t size) {
-  return hash_chunks(fd, size, [](const char*, size_t) { return Status::ok(); });
-}
-
-Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
-                           const std::function<void()>& progress) {
-  *cache_fault = false;
-  return hash_chunks(source_fd, staging.size(), [&](const char* data, size_t len) {
-    const DiskWatch::Op op = staging.watch_io();
-    Status written = write_all(staging.fd(), std::string_view(data, len), "cache copy");
-    *cache_fault = !written.is_ok();
-    if (written.is_ok() && progress) {
-      progress();
-    }
-    return written;
-  });
 }
 
 }  // namespace epochfs::cachestore

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "cachestore/copy.h"
 #include "cachestore/fs_type.h"
 #include "cachestore/log.h"
 

@@ -25,6 +25,8 @@
 #include <catch2/catch.hpp>
 #include <xxhash.h>
 
+#include "cachestore/copy.h"
+
 #include <rapidcheck/catch.h>
 
 namespace epochfs::cachestore {

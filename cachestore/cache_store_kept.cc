@@ -1,0 +1,126 @@
+// CacheStore, continued: copies that outlive a mount (--keep-cache). The index of ready copies
+// is written at a clean unmount, read and deleted at the next mount, which adopts what it
+// vouches for and checks each one against its hash at its first open.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cachestore/cache_store.h"
+#include "cachestore/copy.h"
+#include "cachestore/index_file.h"
+#include "cachestore/log.h"
+
+namespace epochfs::cachestore {
+
+// The index is written only at a clean shutdown and deleted as soon as it is read: after a
+// crash there is no index, and nothing unverified is ever trusted.
+void CacheStore::save_index() {
+  std::vector<KeptCopy> copies;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.state == State::kReady && !e.doomed) {
+        copies.push_back(KeptCopy{e.path, e.size, e.version, e.hash});
+      }
+    }
+  }
+  const std::string text = format_index(copies);
+  const std::string temp = std::string(CacheDir::kIndexName) + ".tmp";
+  UniqueFd fd(::openat(dir_->fd(), temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid() ||
+      ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+      ::renameat(dir_->fd(), temp.c_str(), dir_->fd(), CacheDir::kIndexName) != 0) {
+    log(LogLevel::kWarning, "cache: cannot write the index of %s; the next mount starts empty",
+        dir_->path().c_str());
+    return;
+  }
+  log(LogLevel::kInfo, "cache: kept %zu copies in %s", copies.size(), dir_->path().c_str());
+}
+
+void CacheStore::load_index() {
+  std::string text;
+  {
+    UniqueFd fd(::openat(dir_->fd(), CacheDir::kIndexName, O_RDONLY | O_CLOEXEC));
+    char buf[65536];
+    ssize_t n;
+    while (fd.valid() && (n = ::read(fd.get(), buf, sizeof(buf))) > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::unlinkat(dir_->fd(), CacheDir::kIndexName, 0);
+  auto copies = parse_index(text);
+  if (!copies) {
+    log(LogLevel::kWarning, "cache: the kept index in %s is damaged; starting empty",
+        dir_->path().c_str());
+    copies.emplace();
+  }
+  // Keep what the index vouches for and is still there whole; remove everything else
+  // (temporary files of a copy cut short, copies the index does not know).
+  std::unordered_map<std::string, KeptCopy> wanted;
+  for (auto& c : *copies) {
+    wanted.emplace(CacheDir::object_name(c.path), std::move(c));
+  }
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir_->path(), ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it.depth() == 0) {
+      continue;  // the lock file and the fan-out directories
+    }
+    const std::string name = std::filesystem::relative(it->path(), dir_->path()).string();
+    auto w = wanted.find(name);
+    if (w != wanted.end() && it->file_size(ec) == w->second.size) {
+      kept_.push_back(std::move(w->second));
+      wanted.erase(w);
+    } else {
+      ::unlinkat(dir_->fd(), name.c_str(), 0);
+    }
+  }
+}
+
+void CacheStore::adopt(FileId id, const KeptCopy& copy) {
+  const std::string name = CacheDir::object_name(copy.path);
+  const uint64_t charge = charge_for(copy.size);
+  {
+    MutexLock lock(mu_);
+    if (entries_.count(id) == 0 && used_bytes_ + charge <= options_.capacity_bytes) {
+      used_bytes_ += charge;
+      Entry e{State::kReady, false,        true,      0,    copy.size,
+              charge,        copy.version, copy.hash, name, copy.path};
+      entries_.emplace(id, std::move(e));
+      policy_->inserted(id);
+      return;
+    }
+  }
+  ::unlinkat(dir_->fd(), name.c_str(), 0);  // no room under the capacity of this mount
+}
+
+// A copy kept by an earlier mount is read whole and hashed once, at its first open, before it
+// is served: the mount that wrote it did not fsync, and the disk may have changed since.
+bool CacheStore::verify_copy(FileId id, int fd) {
+  uint64_t expected;
+  uint64_t size;
+  {
+    MutexLock lock(mu_);
+    auto it = entries_.find(id);
+    if (it == entries_.end() || !it->second.verify_pending) {
+      return true;
+    }
+    expected = it->second.hash;
+    size = it->second.size;
+  }
+  auto actual = hash_fd(fd, size);
+  MutexLock lock(mu_);
+  auto it = entries_.find(id);
+  if (actual.is_ok() && actual.value() == expected && it != entries_.end()) {
+    it->second.verify_pending = false;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace epochfs::cachestore
