@@ -1,0 +1,190 @@
+// Engine, continued: copies into the cache. Prefetches the planner asks for (within its
+// slots), the background copy of a reader's miss, and the source stats of cached files just
+// ahead of their opens.
+#include <errno.h>
+#include <fcntl.h>
+
+#include <memory>
+
+#include "cachestore/copy.h"
+#include "cachestore/log.h"
+#include "cachestore/on_exit.h"
+#include "prefetch/engine.h"
+
+namespace epochfs::prefetch {
+
+using cachestore::FileVersion;
+using cachestore::now_ns;
+using cachestore::OnExit;
+using cachestore::Status;
+using cachestore::UniqueFd;
+
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// Errors that say an order's entry is unusable, as opposed to the source being in trouble.
+bool names_no_file(int err) {
+  return err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV || err == EISDIR ||
+         err == EINVAL || err == ENAMETOOLONG;
+}
+
+}  // namespace
+
+unsigned Engine::prefetch_slots() {
+  if (guard_.down()) {
+    return 0;  // staging pauses; the planner plans again when the source is back (replan)
+  }
+  // Twice the threads: one copy running and one queued per thread keeps them all busy.
+  const unsigned limit = 2 * options_.stage_threads;
+  const unsigned queued = flights_.prefetches();
+  return queued >= limit ? 0 : limit - queued;
+}
+
+bool Engine::prefetch(FileId id, size_t stream) {
+  if (!stager_) {
+    return false;
+  }
+  if (cache_->contains(id)) {
+    stat_ahead(id);
+    return false;
+  }
+  const uint64_t gen = flights_.begin_prefetch(id);
+  if (gen == 0) {
+    return false;
+  }
+  auto job = [this, id, stream, gen, path = registry_.path_of(id)] {
+    if (!flights_.start_prefetch(id, gen)) {
+      return;  // a reader took the copy over while it was queued
+    }
+    OnExit ended([&] { flights_.end(id); });  // a throw must not leave the flight (and slot)
+    prefetch_copy(id, stream, path);
+  };
+  bool queued = false;
+  try {
+    queued = stager_->try_submit(std::move(job), Stager::Priority::kPrefetch);
+  } catch (const std::bad_alloc&) {
+    queued = false;
+  }
+  if (!queued) {
+    flights_.end(id, gen);
+    return false;
+  }
+  prefetches_.fetch_add(1, kRelaxed);
+  return true;
+}
+
+bool Engine::fresh_for_open(FileId id) {
+  const int64_t half_timeout_ns = static_cast<int64_t>(options_.attr_timeout_s * 0.5e9);
+  return fresh_.get(id, options_.immutable ? 0 : now_ns() - half_timeout_ns).has_value();
+}
+
+void Engine::stat_ahead(FileId id) {
+  if (fresh_for_open(id) || !stats_ahead_queue_.push(id)) {
+    return;
+  }
+  // Demand priority: a stat is short, and it is needed within the attribute timeout.
+  bool started = false;
+  try {
+    started = stager_->try_submit([this] { drain_stats_ahead(); }, Stager::Priority::kDemand);
+  } catch (const std::bad_alloc&) {
+    started = false;
+  }
+  if (!started) {
+    stats_ahead_queue_.not_started();
+  }
+}
+
+void Engine::drain_stats_ahead() {
+  for (auto batch = stats_ahead_queue_.take(); !batch.empty(); batch = stats_ahead_queue_.take()) {
+    for (const FileId id : batch) {
+      if (stager_->stopping()) {
+        return;  // the unmount: not worth a call into the source
+      }
+      if (fresh_for_open(id)) {
+        continue;  // queued twice, or looked up meanwhile
+      }
+      const std::string path = registry_.path_of(id);
+      const int64_t asked_at = now_ns();  // fresh from the moment it was asked, not answered
+      auto st = source_.stat_at(path);
+      if (!st.is_ok() || !S_ISREG(st.value().st_mode)) {
+        guard_.note(st.status(), path);
+        continue;  // the lookup asks the source itself and reports what it finds
+      }
+      registry_.observe(id, st.value(), asked_at);
+      fresh_.put(id, st.value(), asked_at);
+      stats_ahead_.fetch_add(1, kRelaxed);
+    }
+  }
+}
+
+void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path) {
+  if (planner_->next_use(id) == Planner::kNever) {
+    return;  // its order was replaced while the copy waited in the queue
+  }
+  auto file = open_source(id, rel_path, false);
+  if (!file.is_ok()) {
+    if (names_no_file(file.error_code())) {
+      planner_->reject_entry(stream, rel_path, file.status().to_string());
+    }
+    return;
+  }
+  const int64_t start = now_ns();
+  const auto size = static_cast<uint64_t>(file.value().version.size);
+  stage(id, rel_path, std::move(file.value().fd), file.value().version);
+  copy_finished(now_ns() - start, size);
+}
+
+bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {
+  // The copy reads through its own descriptor of the same open file: positioned reads do not
+  // disturb the reader, and no second open reaches the source. The caller holds the flight.
+  UniqueFd dup(::fcntl(file.fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!dup.valid()) {
+    copies_dropped_.fetch_add(1, kRelaxed);
+    return false;
+  }
+  auto job = [this, id = file.id, path = rel_path, version = file.version,
+              fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
+    OnExit ended([&] { flights_.end(id); });
+    const int64_t start = now_ns();
+    stage(id, path, std::move(*fd), version);
+    copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
+  };
+  if (!stager_->try_submit(std::move(job))) {
+    copies_dropped_.fetch_add(1, kRelaxed);
+    return false;
+  }
+  return true;
+}
+
+void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
+                   const FileVersion& version) {
+  auto staging = cache_->begin_staging(id, rel_path, static_cast<uint64_t>(version.size));
+  if (!staging) {
+    return;
+  }
+  bool cache_fault = false;
+  auto hash =
+      cachestore::copy_into(fd.get(), *staging, &cache_fault, [&] { flights_.note_progress(id); });
+  if (!hash.is_ok()) {
+    cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
+                    hash.status().to_string().c_str());
+    if (!cache_fault) {
+      guard_.note(hash.status(), rel_path);
+    }
+    cache_->abort(std::move(*staging), cache_fault ? hash.error_code() : 0);
+    return;
+  }
+  // A copy that raced a change of the source is discarded, never published.
+  auto after = source_.stat_fd(fd.get(), rel_path);
+  if (!after.is_ok() || !(FileVersion::of(after.value()) == version)) {
+    cache_->abort(std::move(*staging), 0);
+    return;
+  }
+  Status committed = cache_->commit(std::move(*staging), version, hash.value());
+  if (!committed.is_ok()) {
+    cachestore::log(cachestore::LogLevel::kDebug, "%s", committed.to_string().c_str());
+  }
+}
+
+}  // namespace epochfs::prefetch
