@@ -1,3 +1,6 @@
+// Planner: the thread that hands the stager the files ahead of each stream's position, one per
+// stream in turn within the free slots; the streams' positions from opens; their epoch
+// records and rates. Publishes and jobs are in planner_publish.cc.
 #include "prefetch/planner.h"
 
 #include <algorithm>
@@ -16,20 +19,16 @@ using cachestore::now_ns;
 
 namespace {
 
-constexpr char kDefaultStream[] = "default";
-constexpr char kDefaultManifest[] = "default";
-constexpr int64_t kJobSweepNs = 1'000'000'000;
 constexpr int64_t kRateWindowNs = 1'000'000'000;
 constexpr auto kIdlePoll = std::chrono::milliseconds(50);
 // Passes start at most this often. Every open marks the plan dirty, and thousands come a
 // second: a pass per open woke this thread per open (a context switch each, on the cores the
 // trainer needs), while a window of hundreds of files does not need a pass a millisecond.
 constexpr auto kMinPassInterval = std::chrono::milliseconds(1);
-// Before anything was measured: a network file system's copy of a small file.
-constexpr double kInitialCopyLatencyS = 0.005;
-constexpr double kInitialFileBytes = 128 * 1024;
 // Log lines for entries found unusable while staging, per mount; the rest are only counted.
 constexpr uint64_t kRejectLogLines = 5;
+
+}  // namespace
 
 void add_record(EpochRecord& to, const EpochRecord& from) {
   to.opens += from.opens;
@@ -41,8 +40,6 @@ void add_record(EpochRecord& to, const EpochRecord& from) {
   to.copies_started += from.copies_started;
   to.seconds += from.seconds;
 }
-
-}  // namespace
 
 Planner::Planner(PlannerOptions options)
     : options_(options), schedule_(options.reorder_window), jobs_(options.limits) {}
@@ -134,328 +131,20 @@ void Planner::plan_pass() {
   }
 }
 
+WindowInputs Planner::window_inputs(size_t stream) const {
+  WindowInputs in;
+  in.stage_threads = options_.stage_threads;
+  in.cache_capacity = options_.cache_capacity;
+  in.rate_files_s = stream < rates_.size() ? rates_[stream].per_s : 0;
+  if (copies_measured_ > 0) {
+    in.copy_latency_s = copy_latency_s_;
+    in.mean_file_bytes = mean_file_bytes_;
+  }
+  return in;
+}
+
 uint64_t Planner::window_for(size_t stream) const {
-  const uint64_t threads = options_.stage_threads;
-  // Empty files measured so far must not make the mean 0 (a division below).
-  const double mean_bytes =
-      copies_measured_ > 0 ? std::max(1.0, mean_file_bytes_) : kInitialFileBytes;
-  uint64_t files = 0;
-  switch (options_.lookahead.kind) {
-    case Lookahead::Kind::kFiles:
-      if (options_.lookahead.amount == 0) {
-        return 0;  // no prefetch: the known future only decides eviction and admission
-      }
-      files = options_.lookahead.amount;
-      break;
-    case Lookahead::Kind::kBytes:
-      files = static_cast<uint64_t>(static_cast<double>(options_.lookahead.amount) / mean_bytes);
-      break;
-    case Lookahead::Kind::kAuto: {
-      const double rate = stream < rates_.size() ? rates_[stream].per_s : 0;
-      const double latency = copies_measured_ > 0 ? copy_latency_s_ : kInitialCopyLatencyS;
-      files = std::max<uint64_t>(2 * threads,
-                                 static_cast<uint64_t>(std::ceil(2 * rate * latency)) + threads);
-      break;
-    }
-  }
-  // Never plan more than half the cache ahead: the rest holds what is kept for later.
-  if (options_.cache_capacity != UINT64_MAX) {
-    files = std::min<uint64_t>(
-        files,
-        static_cast<uint64_t>(static_cast<double>(options_.cache_capacity) / 2 / mean_bytes));
-  }
-  return std::max<uint64_t>(1, files);
-}
-
-PublishReport Planner::record(PublishReport report) {
-  ++publishes_;
-  if (!report.ok) {
-    ++publish_failures_;
-  }
-  last_publish_ = report;
-  return report;
-}
-
-Job* Planner::job_of(const Publisher& publisher, const OrderHeader& header, PublishReport* report) {
-  auto job = jobs_.job_for(publisher, header.job, now_ns());
-  if (!job.is_ok()) {
-    ++publishes_over_limit_;
-    report->message = "not published: " + job.status().context();
-    return nullptr;
-  }
-  return job.value();
-}
-
-uint64_t Planner::user_entries(uid_t uid) const {
-  uint64_t n = 0;
-  for (const auto& [key, job] : jobs_.all()) {
-    if (key.first != uid) {
-      continue;
-    }
-    for (size_t s : job.streams) {
-      n += schedule_.stream_entries(s);
-    }
-    for (const auto& [name, m] : job.manifests) {
-      n += m->size();
-    }
-  }
-  return n;
-}
-
-cachestore::Status Planner::admission(const Job& job, const OrderHeader& header, bool manifest,
-                                      uint64_t entries) const {
-  uint64_t freed = 0;  // what the upload replaces goes as it comes
-  size_t new_streams = 0;
-  if (manifest) {
-    auto old = job.manifests.find(header.manifest.value_or(kDefaultManifest));
-    freed = old == job.manifests.end() ? 0 : old->second->size();
-  } else {
-    const auto existing =
-        schedule_.find_stream(Jobs::stream_key(job, header.stream.value_or(kDefaultStream)));
-    new_streams = existing ? 0 : 1;
-    if (existing &&
-        (header.restart || (header.epoch && *header.epoch < schedule_.view(*existing).epoch))) {
-      freed = schedule_.stream_entries(*existing);  // a restart drops what was queued
-    }
-  }
-  return jobs_.check(job, new_streams, entries, freed, user_entries(job.uid));
-}
-
-cachestore::Status Planner::admits(const Publisher& publisher, const OrderHeader& header,
-                                   bool manifest, uint64_t entries) {
-  MutexLock lock(mu_);
-  cachestore::Status verdict = cachestore::Status::ok();
-  if (const Job* job = jobs_.find(publisher, header.job)) {
-    verdict = admission(*job, header, manifest, entries);
-  } else {
-    verdict = jobs_.check_new_job(publisher);
-    if (verdict.is_ok()) {
-      Job blank;
-      blank.uid = publisher.uid;
-      blank.name = header.job.value_or("");
-      verdict = admission(blank, header, manifest, entries);
-    }
-  }
-  if (!verdict.is_ok()) {
-    ++publishes_over_limit_;
-  }
-  return verdict;
-}
-
-void Planner::reset_stream(size_t stream) {
-  if (streams_.size() <= stream) {
-    streams_.resize(stream + 1);
-    rates_.resize(stream + 1);
-    epoch_started_ns_.resize(stream + 1, now_ns());
-    stream_job_.resize(stream + 1, nullptr);
-    finish_after_count_.resize(stream + 1, false);
-    uncounted_.resize(stream + 1, 0);
-  }
-  streams_[stream] = StreamStats{};
-  rates_[stream] = Rate{};
-  epoch_started_ns_[stream] = now_ns();
-  stream_job_[stream] = nullptr;
-  finish_after_count_[stream] = false;
-  uncounted_[stream] = 0;
-}
-
-PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
-                               std::vector<FileId> entries, RejectReport rejects) {
-  PublishReport report;
-  report.stream = header.stream.value_or(kDefaultStream);
-  report.accepted = entries.size();
-  report.rejects = std::move(rejects);
-  {
-    MutexLock lock(mu_);
-    Job* job = job_of(publisher, header, &report);
-    cachestore::Status admitted = cachestore::Status::ok();
-    std::string key;
-    if (job != nullptr) {
-      key = Jobs::stream_key(*job, report.stream);
-      admitted = admission(*job, header, false, entries.size());
-      if (!admitted.is_ok()) {
-        ++publishes_over_limit_;
-      }
-    }
-    auto published =
-        job == nullptr || !admitted.is_ok()
-            ? cachestore::Result<Schedule::Published>(
-                  job == nullptr ? cachestore::Status::error(EDQUOT, report.message) : admitted)
-            : schedule_.publish(key, header.epoch, std::move(entries),
-                                job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid),
-                                header.restart);
-    if (!published.is_ok()) {
-      const std::string why =
-          job == nullptr ? report.message : "not published: " + published.status().context();
-      report.message = "stream " + report.stream + ": " + why;
-      if (job != nullptr && job->streams.empty() && job->manifests.empty()) {
-        jobs_.erase(*job);  // a refused first upload leaves nothing behind
-      }
-      report = record(std::move(report));
-    } else {
-      const auto& p = published.value();
-      report.ok = true;
-      report.epoch = p.epoch;
-      report.message = "job " + job->name + " stream " + report.stream + " epoch " +
-                       std::to_string(p.epoch) + ": " + std::to_string(report.accepted) +
-                       " entries published" +
-                       (p.restarted  ? " (restarting the stream)"
-                        : p.replaced ? " (replacing the earlier order)"
-                                     : "") +
-                       ", " + std::to_string(report.rejects.total) + " skipped";
-      if (p.new_stream) {
-        reset_stream(p.stream);
-        stream_job_[p.stream] = job;
-        job->streams.push_back(p.stream);
-        streams_[p.stream].name = report.stream;
-        streams_[p.stream].job = job->name;
-        streams_[p.stream].uid = job->uid;
-      }
-      if (p.restarted) {
-        // Epoch numbers start over: what the run before did stays in total, not in history
-        // (which is keyed by epoch number).
-        StreamStats& st = streams_[p.stream];
-        ++st.restarts;
-        add_record(st.total, st.current);
-        st.history.clear();
-        st.current = EpochRecord{};
-        finish_after_count_[p.stream] = false;
-        epoch_started_ns_[p.stream] = now_ns();
-      }
-      note_rejects(p.stream, report.rejects);
-      if (streams_[p.stream].current.opens == 0) {
-        const auto view = schedule_.view(p.stream);
-        streams_[p.stream].current.epoch = view.epoch;
-        streams_[p.stream].current.length = view.epoch_length;
-      }
-      dirty_ = true;
-      wake_.notify_one();
-      report = record(std::move(report));
-    }
-  }
-  cachestore::log(report.ok ? LogLevel::kInfo : LogLevel::kWarning, "publish: %s",
-                  report.message.c_str());
-  for (const auto& example : report.rejects.examples) {
-    cachestore::log(LogLevel::kWarning, "publish: skipped %s", example.c_str());
-  }
-  return report;
-}
-
-PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderHeader& header,
-                                        std::vector<FileId> manifest, RejectReport rejects) {
-  PublishReport report;
-  const std::string name = header.manifest.value_or(kDefaultManifest);
-  report.stream = "manifest";
-  report.accepted = manifest.size();
-  report.rejects = std::move(rejects);
-  {
-    MutexLock lock(mu_);
-    Job* job = manifest.empty() ? nullptr : job_of(publisher, header, &report);
-    if (manifest.empty()) {
-      report.message = "manifest: no entries; not published";
-    } else if (job != nullptr) {
-      cachestore::Status admitted = admission(*job, header, true, manifest.size());
-      if (!admitted.is_ok()) {
-        ++publishes_over_limit_;
-        report.message = "manifest " + name + ": not published: " + admitted.context();
-        if (job->streams.empty() && job->manifests.empty()) {
-          jobs_.erase(*job);
-        }
-      } else {
-        report.ok = true;
-        report.message = "job " + job->name + " manifest " + name + ": " +
-                         std::to_string(manifest.size()) + " paths, " +
-                         std::to_string(report.rejects.total) + " skipped";
-        job->manifests[name] = std::make_shared<const std::vector<FileId>>(std::move(manifest));
-      }
-    }
-    report = record(std::move(report));
-  }
-  cachestore::log(report.ok ? LogLevel::kInfo : LogLevel::kWarning, "publish: %s",
-                  report.message.c_str());
-  return report;
-}
-
-PublishReport Planner::refuse(PublishReport report) {
-  report.ok = false;
-  {
-    MutexLock lock(mu_);
-    report = record(std::move(report));
-  }
-  cachestore::log(LogLevel::kWarning, "publish: %s%s%s", report.stream.c_str(),
-                  report.stream.empty() ? "" : ": ", report.message.c_str());
-  return report;
-}
-
-std::shared_ptr<const std::vector<FileId>> Planner::manifest(const Publisher& publisher,
-                                                             const OrderHeader& header) const {
-  MutexLock lock(mu_);
-  const Job* job = jobs_.find(publisher, header.job);
-  if (job == nullptr) {
-    return nullptr;
-  }
-  auto m = job->manifests.find(header.manifest.value_or(kDefaultManifest));
-  return m == job->manifests.end() ? nullptr : m->second;
-}
-
-void Planner::end_job(Job& job) {
-  for (size_t s : job.streams) {
-    schedule_.drop_stream(s);
-    reset_stream(s);
-  }
-  cachestore::log(LogLevel::kInfo, "job %s of user %u ended: %zu streams and %zu manifests dropped",
-                  job.name.c_str(), static_cast<unsigned>(job.uid), job.streams.size(),
-                  job.manifests.size());
-  ++jobs_ended_;
-  jobs_.erase(job);
-  dirty_ = true;
-}
-
-void Planner::end_finished_jobs() {
-  struct Candidate {
-    std::pair<uid_t, std::string> key;
-    std::vector<ProcessRef> anchors;
-    int64_t last_active_ns;
-  };
-
-  std::vector<Candidate> candidates;
-  const int64_t now = now_ns();
-  {
-    MutexLock lock(mu_);
-    if (now - last_sweep_ns_ < kJobSweepNs) {
-      return;
-    }
-    last_sweep_ns_ = now;
-    for (const auto& [key, job] : jobs_.all()) {
-      if (!job.permanent) {
-        candidates.push_back(Candidate{key, job.anchors, job.last_active_ns});
-      }
-    }
-  }
-  // /proc is read without the lock: a publish racing this sweep adds an anchor or activity,
-  // which the check below sees.
-  const auto idle_ns = static_cast<int64_t>(options_.limits.idle_timeout_s * 1e9);
-  std::vector<Candidate> ended;
-  for (auto& c : candidates) {
-    const bool idle = now - c.last_active_ns > idle_ns;
-    const bool exited = !c.anchors.empty() && std::none_of(c.anchors.begin(), c.anchors.end(),
-                                                           [](const auto& p) { return alive(p); });
-    if (idle || exited) {
-      ended.push_back(std::move(c));
-    }
-  }
-  if (ended.empty()) {
-    return;
-  }
-  MutexLock lock(mu_);
-  for (const auto& c : ended) {
-    auto it = jobs_.all().find(c.key);
-    if (it != jobs_.all().end() && it->second.anchors == c.anchors &&
-        it->second.last_active_ns == c.last_active_ns) {
-      end_job(it->second);
-    }
-  }
-  wake_.notify_one();
+  return window_files(options_.lookahead, window_inputs(stream));
 }
 
 void Planner::note_rejects(size_t stream, const RejectReport& rejects) {
@@ -603,9 +292,7 @@ PlannerStats Planner::stats() const {
   MutexLock lock(mu_);
   PlannerStats out;
   out.planning = dirty_ || passing_;
-  // Empty files measured so far must not make the mean 0 (a division below).
-  const double mean_bytes =
-      copies_measured_ > 0 ? std::max(1.0, mean_file_bytes_) : kInitialFileBytes;
+  const double mean_bytes = mean_file_bytes(window_inputs(0));
   for (size_t s = 0; s < streams_.size(); ++s) {
     if (!schedule_.stream_live(s)) {
       continue;

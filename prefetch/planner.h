@@ -29,6 +29,7 @@
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
 #include "prefetch/jobs.h"
+#include "prefetch/lookahead.h"
 #include "prefetch/order_parser.h"
 #include "prefetch/schedule.h"
 
@@ -42,11 +43,6 @@ class PrefetchSink {
   virtual unsigned prefetch_slots() = 0;
   // Starts a copy of id unless it is cached or in flight; true if a copy was started.
   virtual bool prefetch(FileId id, size_t stream) = 0;
-};
-
-struct Lookahead {
-  enum class Kind { kAuto, kFiles, kBytes } kind = Kind::kAuto;
-  uint64_t amount = 0;
 };
 
 struct PlannerOptions {
@@ -70,6 +66,9 @@ struct EpochRecord {
   uint64_t copies_started = 0;  // prefetch copies for this stream
   double seconds = 0;
 };
+
+// Adds from's counts and time to `to` (a stream's total over its epochs).
+void add_record(EpochRecord& to, const EpochRecord& from);
 
 struct StreamStats {
   Schedule::StreamView view;  // view.id: the schedule's key, unique over users and jobs
@@ -196,6 +195,8 @@ class Planner final : public cachestore::NextUseOracle {
   // The job publisher's upload belongs to, or a refusal in *report.
   Job* job_of(const Publisher& publisher, const OrderHeader& header, PublishReport* report)
       REQUIRES(mu_);
+  // The staging window of a stream (prefetch/lookahead.h), from what has been measured.
+  WindowInputs window_inputs(size_t stream) const REQUIRES(mu_);
   uint64_t window_for(size_t stream) const REQUIRES(mu_);
   void note_rejects(size_t stream, const RejectReport& rejects) REQUIRES(mu_);
   void finish_epoch(size_t stream, int64_t now) REQUIRES(mu_);
