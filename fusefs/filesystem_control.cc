@@ -1,0 +1,173 @@
+// Filesystem, continued: the control directory's files (.epochfs/stats and the others: a
+// snapshot per open, or per read with no-open) and order uploads (a file written into
+// .epochfs/ and published at its flush or fsync).
+#include <errno.h>
+
+#include "cachestore/log.h"
+#include "cachestore/path.h"
+#include "fusefs/control_dir.h"
+#include "fusefs/filesystem.h"
+
+namespace epochfs::fusefs {
+
+using cachestore::Result;
+using cachestore::Status;
+
+Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
+  if (!is_control_file(id)) {
+    return Status::error(EISDIR, "open .epochfs");
+  }
+  auto handle = std::make_unique<FileHandle>();
+  handle->is_control = true;
+  handle->control_content = control_content(id);
+  return OpenResult{files_.add(std::move(handle)), false};
+}
+
+std::string Filesystem::control_content(InodeId id) {
+  if (id == kStatsFileId) {
+    return stats_json(engine_.stats(), source_.path(), ::getpid(), inodes_.size(),
+                      options_.implicit_opens);
+  }
+  if (id == kMetricsFileId) {
+    return metrics();
+  }
+  return verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
+}
+
+Entry Filesystem::control_entry(InodeId id) {
+  if (!options_.implicit_opens || !is_control_file(id)) {
+    return Entry{id, control_attr(id)};
+  }
+  const InodeId snapshot = next_snapshot_id_.fetch_add(1, std::memory_order_relaxed);
+  {
+    cachestore::MutexLock lock(snapshots_mu_);
+    snapshots_.emplace(snapshot, Snapshot{id, nullptr});
+  }
+  struct stat st = control_attr(id);
+  st.st_ino = snapshot;
+  return Entry{snapshot, st};
+}
+
+Filesystem::SnapshotView Filesystem::snapshot(InodeId id) {
+  InodeId kind;
+  {
+    cachestore::MutexLock lock(snapshots_mu_);
+    auto it = snapshots_.find(id);
+    if (it == snapshots_.end()) {
+      return SnapshotView{};
+    }
+    if (it->second.content) {
+      return SnapshotView{it->second.kind, it->second.content};
+    }
+    kind = it->second.kind;
+  }
+  // Made without the lock: verify hashes the whole cache, and FORGET, LOOKUP and GETATTR of
+  // every other control node take the lock.
+  auto made = std::make_shared<const std::string>(control_content(kind));
+  cachestore::MutexLock lock(snapshots_mu_);
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) {
+    return SnapshotView{kind, made};  // forgotten meanwhile
+  }
+  if (!it->second.content) {
+    it->second.content = std::move(made);  // the first one made is the one every read sees
+  }
+  return SnapshotView{kind, it->second.content};
+}
+
+struct stat Filesystem::control_file_attr(InodeId id) {
+  const SnapshotView snap = snapshot(id);
+  if (!snap.content) {
+    return control_attr(id);
+  }
+  struct stat st = control_attr(snap.kind);
+  st.st_ino = id;
+  st.st_size = static_cast<off_t>(snap.content->size());
+  return st;
+}
+
+std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t size) {
+  const SnapshotView snap = snapshot(id);
+  if (!snap.content) {
+    return std::string();
+  }
+  const std::string& text = *snap.content;
+  return offset >= text.size() ? std::string() : text.substr(offset, size);
+}
+
+std::string Filesystem::metrics() const {
+  return metrics_document(engine_.stats(), options_.labels);
+}
+
+Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,
+                                        const Caller& caller) {
+  if (parent != kControlDirId) {
+    return Status::error(kReadOnlyError, "create");
+  }
+  if (!cachestore::is_valid_name(name)) {
+    return Status::error(name.size() > NAME_MAX ? ENAMETOOLONG : EINVAL,
+                         "create .epochfs/" + std::string(name));
+  }
+  if (control_lookup(parent, name)) {
+    return Status::error(EEXIST, "create .epochfs/" + std::string(name));
+  }
+  if (closes_unseen_.load(std::memory_order_relaxed) &&
+      !warned_closes_unseen_.exchange(true, std::memory_order_relaxed)) {
+    cachestore::log(cachestore::LogLevel::kWarning,
+                    "with --data-path no-open the kernel does not tell the daemon when a file in "
+                    ".epochfs/ is closed: publish with fsync (epochfs publish and the Python "
+                    "helper do) or with --shuffle-file; a plain cp or shell redirection does not "
+                    "publish");
+  }
+  auto handle = std::make_unique<FileHandle>();
+  handle->is_control = true;
+  handle->upload =
+      engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
+                                                 : prefetch::OrderUpload::Kind::kOrder,
+                           prefetch::Publisher::of(caller.uid, caller.pid));
+  const InodeId id = next_upload_id_.fetch_add(1, std::memory_order_relaxed);
+  return CreateResult{Entry{id, control_attr(id)}, files_.add(std::move(handle))};
+}
+
+Status Filesystem::write(FileHandle& file, uint64_t offset, std::string_view data) {
+  if (!file.upload) {
+    return Status::error(kReadOnlyError, "write");
+  }
+  cachestore::MutexLock lock(file.upload_mu);
+  return file.upload->write(offset, data);
+}
+
+namespace {
+
+// Publishes file's upload (with its upload_mu held): EINVAL if the order was refused.
+Status publish_upload(FileHandle& file) {
+  const auto& report = file.upload->finish();
+  return report.ok ? Status::ok() : Status::error(EINVAL, "publish: " + report.message);
+}
+
+}  // namespace
+
+Status Filesystem::flush(FileHandle& file) {
+  if (!file.upload) {
+    return Status::ok();
+  }
+  cachestore::MutexLock lock(file.upload_mu);
+  // A shell redirection (`echo f0 > .epochfs/order`) opens the file, moves the descriptor onto
+  // stdout and closes the one it opened before any byte is written. Publishing at that close
+  // would refuse an empty order and turn the writes away; an empty upload is published at
+  // release instead, so a truly empty order is refused without an error in its close.
+  if (!file.upload->started()) {
+    return Status::ok();
+  }
+  return publish_upload(file);
+}
+
+Status Filesystem::sync(FileHandle& file) {
+  if (!file.upload) {
+    return Status::ok();
+  }
+  cachestore::MutexLock lock(file.upload_mu);
+  return publish_upload(file);
+}
+
+}  // namespace epochfs::fusefs
