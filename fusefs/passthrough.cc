@@ -8,12 +8,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <array>
 #include <atomic>
-#include <unordered_map>
 
 #include "cachestore/log.h"
-#include "cachestore/sync.h"
 
 namespace epochfs::fusefs::passthrough {
 namespace {
@@ -64,15 +61,6 @@ constexpr unsigned long kBackingOpen = _IOW(FUSE_DEV_IOC_MAGIC, 1, BackingMap);
 constexpr unsigned long kBackingClose = _IOW(FUSE_DEV_IOC_MAGIC, 2, uint32_t);
 }  // namespace abi
 
-// The opens of one inode now. The kernel takes either passthrough opens sharing one backing
-// file, or cached-mode opens, never both at once.
-struct InodeOpens {
-  uint32_t backing_id = 0;
-  bool source = false;  // the backing file is a source file, not a cached copy
-  unsigned passthrough = 0;
-  unsigned cached = 0;
-};
-
 // One FUSE session per process: the custom I/O callbacks reach this state, not the session.
 struct State {
   std::atomic<bool> wanted{false};
@@ -91,23 +79,6 @@ State& state() {
   static State s;
   return s;
 }
-
-// The open table, in shards by inode: a shard's lock is held across the registration ioctl
-// (the decision and the kernel's table must agree per inode), and with one lock for all
-// inodes 16 readers of different files waited on each other (measured: docs/benchmarks.md).
-struct alignas(64) Shard {
-  cachestore::Mutex mu;
-  std::unordered_map<uint64_t, InodeOpens> inodes GUARDED_BY(mu);
-};
-
-constexpr size_t kShards = 64;
-
-std::array<Shard, kShards>& shards() {
-  static std::array<Shard, kShards> all;
-  return all;
-}
-
-Shard& shard_of(uint64_t ino) { return shards()[ino % kShards]; }
 
 // The backing id the OPEN reply being sent on this thread carries (0: none).
 thread_local uint32_t t_reply_backing = 0;
@@ -220,6 +191,15 @@ uint32_t register_backing(int fd, bool from_cache) {
   return 0;
 }
 
+void unregister_backing(uint32_t backing_id) {
+  ioctl(state().dev_fd.load(), abi::kBackingClose, &backing_id);
+}
+
+OpenTable& table() {
+  static OpenTable t(register_backing, unregister_backing);
+  return t;
+}
+
 }  // namespace
 
 bool install(fuse_session* se, DataPath path) {
@@ -256,61 +236,21 @@ Opened begin_open(uint64_t ino, int fd, Backing backing) {
   if (!s.negotiated.load()) {
     return {};
   }
-  Shard& shard = shard_of(ino);
-  cachestore::MutexLock lock(shard.mu);
-  InodeOpens& inode = shard.inodes[ino];
-  if (inode.passthrough == 0) {
-    const bool from_cache = backing == Backing::kCopy;
-    if (inode.cached == 0 && backing != Backing::kNone && fd >= 0 && !s.disabled.load()) {
-      inode.backing_id = register_backing(fd, from_cache);
-      inode.source = !from_cache;
-    }
-    if (inode.backing_id == 0) {
-      ++inode.cached;
-      return {};
-    }
+  const Opened opened = table().begin(ino, fd, backing, !s.disabled.load());
+  if (opened.backing_id != 0) {
+    s.opens.fetch_add(1, std::memory_order_relaxed);
+    s.source_opens.fetch_add(opened.reads_source ? 1 : 0, std::memory_order_relaxed);
   }
-  // The kernel takes no other kind of open of this inode now, nor another backing file.
-  ++inode.passthrough;
-  s.opens.fetch_add(1, std::memory_order_relaxed);
-  s.source_opens.fetch_add(inode.source ? 1 : 0, std::memory_order_relaxed);
-  return {inode.backing_id, inode.source};
+  return opened;
 }
 
 void end_open(uint64_t ino, uint32_t backing_id) {
-  State& s = state();
-  if (!s.negotiated.load()) {
-    return;
-  }
-  Shard& shard = shard_of(ino);
-  cachestore::MutexLock lock(shard.mu);
-  auto it = shard.inodes.find(ino);
-  if (it == shard.inodes.end()) {
-    return;
-  }
-  InodeOpens& inode = it->second;
-  if (backing_id != 0 && inode.passthrough > 0 && --inode.passthrough == 0) {
-    // The kernel has finished opening every file that named the id (their releases came).
-    ioctl(s.dev_fd.load(), abi::kBackingClose, &inode.backing_id);
-    inode.backing_id = 0;
-  } else if (backing_id == 0 && inode.cached > 0) {
-    --inode.cached;
-  }
-  if (inode.passthrough == 0 && inode.cached == 0) {
-    shard.inodes.erase(it);
+  if (state().negotiated.load()) {
+    table().end(ino, backing_id);
   }
 }
 
-uint64_t backing_files() {
-  uint64_t n = 0;
-  for (Shard& shard : shards()) {
-    cachestore::MutexLock lock(shard.mu);
-    for (const auto& entry : shard.inodes) {
-      n += entry.second.backing_id != 0 ? 1 : 0;
-    }
-  }
-  return n;
-}
+uint64_t backing_files() { return table().backing_files(); }
 
 int reply_open(fuse_req_t req, const fuse_file_info* fi, uint32_t backing_id) {
   t_reply_backing = backing_id;

@@ -24,6 +24,7 @@
 
 #include "fusefs/fuse_ops.h"
 #include "fusefs/mount_options.h"
+#include "fusefs/passthrough_opens.h"
 
 namespace epochfs::fusefs::passthrough {
 
@@ -38,24 +39,12 @@ bool active();
 // Why passthrough is not active, for the log and the stats ("" when it is).
 const char* why_not();
 
-// What an open could be read from by the kernel: the cached copy, the source file (a miss, on
-// a local filesystem: see Filesystem::source_is_local), or nothing (a classic open).
-enum class Backing { kCopy, kSource, kNone };
-
 // How an open of inode ino is to be read: by the kernel from a backing file, or the classic
 // way (backing_id 0). fd is the file the open serves, of kind backing. It is registered as the
 // inode's backing file unless the inode is open in cached mode now: a miss is then read by the
 // kernel from the source as a hit is from the copy, with no READ reaching the daemon (the copy
-// is made from a descriptor of its own). While an inode has passthrough opens, every open of
-// it shares their backing id (the kernel accepts nothing else), so an open of a copy made
-// meanwhile reads the source until they end (reads_source). The registration holds the
-// lock of the inode's shard of the open table for an ioctl (one per inode's first open and
-// last release). Every call is matched by one end_open.
-struct Opened {
-  uint32_t backing_id = 0;    // 0: a classic open
-  bool reads_source = false;  // the backing file is a source file (this open's or an earlier)
-};
-
+// is made from a descriptor of its own). The rules per inode: fusefs/passthrough_opens.h.
+// Every call is matched by one end_open.
 Opened begin_open(uint64_t ino, int fd, Backing backing);
 
 // An open of ino ends. The inode's backing file is unregistered with its last passthrough
