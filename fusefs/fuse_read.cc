@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fusefs/control_dir.h"
+#include "fusefs/copy_read.h"
 #include "fusefs/filesystem.h"
 #include "fusefs/fuse_reply.h"
 
@@ -25,8 +26,6 @@ using cachestore::Status;
 // and the reader can be answered from the source instead. (Handing the copy's fd to
 // fuse_reply_data would let libfuse reply the error to the reader itself.)
 struct CopyPipe {
-  static constexpr size_t kPage = 4096;
-
   int r = -1;
   int w = -1;
   size_t capacity = 0;
@@ -58,8 +57,7 @@ struct CopyPipe {
       const int size = got > 0 ? got : fcntl(w, F_GETPIPE_SZ);
       capacity = size > 0 ? static_cast<size_t>(size) : 0;
     }
-    const size_t skew = static_cast<size_t>(off) % kPage;
-    return (skew + len + kPage - 1) / kPage * kPage <= capacity;
+    return pipe_holds(capacity, off, len);
   }
 
   // Moves up to len bytes of fd at off into the pipe; the count, or -errno. Never blocks: a
@@ -97,10 +95,7 @@ enum class CopyRead { kSent, kFailed, kNoPipe };
 // the copy could not give the bytes its version has: the caller reads the source instead.
 CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
   thread_local CopyPipe pipe;
-  const auto file_size = static_cast<uint64_t>(file.file.version.size);
-  const auto at = static_cast<uint64_t>(off);
-  const size_t expected =
-      at >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - at));
+  const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (expected == 0) {
     fuse_reply_buf(req, nullptr, 0);
     return CopyRead::kSent;
@@ -129,10 +124,7 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
 // replying from the copy's fd instead would hand its error or short read to the reader.
 CopyRead reply_copy_buffered(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
   thread_local std::vector<char> buffer;
-  const auto file_size = static_cast<uint64_t>(file.file.version.size);
-  const auto at = static_cast<uint64_t>(off);
-  const size_t expected =
-      at >= file_size ? 0 : static_cast<size_t>(std::min<uint64_t>(size, file_size - at));
+  const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (buffer.size() < expected) {
     buffer.resize(expected);  // at most one read's size (max_read) per worker
   }
