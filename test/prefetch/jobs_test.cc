@@ -187,7 +187,8 @@ TEST_CASE("an epoch's opens counted after its last one's are still that epoch's"
   REQUIRE((second.has_value() && last.has_value()));
   planner.count_open(*second, OpenOutcome{});
   planner.count_open(*last, OpenOutcome{});
-  const auto* st = stream_named(planner.stats(), 1000, "a", "s");
+  const PlannerStats stats = planner.stats();
+  const auto* st = stream_named(stats, 1000, "a", "s");
   REQUIRE(st->history.size() == 1);
   CHECK(st->history[0].opens == 3);
   CHECK(st->current.epoch == 1);
