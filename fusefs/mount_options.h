@@ -34,6 +34,8 @@ struct MountOptions {
   // Where to write the Prometheus metrics every few seconds (node_exporter's textfile
   // collector); none if empty.
   std::string metrics_file;
+  // Where to serve them over HTTP (HOST:PORT, GET /metrics); nowhere if empty.
+  std::string metrics_listen;
   // Log to this file (already opened with cachestore::open_log_file); to syslog when empty and
   // in the background, else to stderr.
   std::string log_file;

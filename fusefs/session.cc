@@ -19,6 +19,7 @@
 #include "cachestore/root_dir.h"
 #include "fusefs/fuse_ops.h"
 #include "fusefs/metrics.h"
+#include "fusefs/metrics_listener.h"
 #include "fusefs/mount_options.h"
 #include "fusefs/passthrough.h"
 #include "fusefs/worker_pool.h"
@@ -182,6 +183,16 @@ int run_mount(const MountOptions& options) {
     }
     cache = std::move(opened).value();
   }
+  // Bound here, before any fork, so a port in use fails in the user's terminal.
+  std::unique_ptr<MetricsListener> listener;
+  if (!o.metrics_listen.empty()) {
+    auto bound = MetricsListener::bind(o.metrics_listen);
+    if (!bound.is_ok()) {
+      fprintf(stderr, "epochfs: cannot listen: %s\n", bound.status().to_string().c_str());
+      return 1;
+    }
+    listener = std::move(bound).value();
+  }
   FilesystemOptions fs_options = o.fs;
   fs_options.implicit_opens = o.data_path == DataPath::kNoOpen;
   fs_options.labels = MountLabels{o.mountpoint, o.source};
@@ -233,6 +244,9 @@ int run_mount(const MountOptions& options) {
   if (!o.metrics_file.empty()) {
     metrics = std::make_unique<MetricsFileWriter>(
         o.metrics_file, [&fs] { return fs.metrics(); }, kMetricsPeriod);
+  }
+  if (listener) {
+    listener->start([&fs] { return fs.metrics(); });
   }
   cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
   if (!limit_note.empty()) {

@@ -4,6 +4,8 @@
 // metrics file goes with the mount; `epochfs stats --watch` redraws a live view on a terminal
 // (a pseudo-terminal made by script(1)) and prints plain lines elsewhere.
 #include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -20,6 +22,9 @@
 #include "test/mount/mount_fixture.h"
 #include "tools/cli/stats_doc.h"
 #include "tools/lab/dataset.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 namespace epochfs::test {
 namespace {
@@ -179,6 +184,77 @@ TEST_CASE("two mounts' metrics are distinct series", "[mount][metrics]") {
   REQUIRE(b.count("epochfs_opens_total") == 1);
   CHECK(a.at("epochfs_opens_total") == 2);
   CHECK(b.at("epochfs_opens_total") == 0);
+}
+
+namespace {
+
+// GET target from host:port over HTTP/1.1: the whole answer (status line, headers, body).
+std::string http_get(const std::string& address, const std::string& target) {
+  const auto colon = address.rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  REQUIRE(inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) == 1);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) {
+    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: test\r\n\r\n";
+    CHECK(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
+      answer.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return answer;
+}
+
+// The address the daemon logged it serves the metrics at, waited for.
+std::string served_at(const std::string& log) {
+  static const std::regex kServing(R"(metrics: serving http://(\S+)/metrics)");
+  for (int i = 0; i < 100; ++i) {
+    std::smatch m;
+    const std::string text = read_file(log).value_or("");
+    if (std::regex_search(text, m, kServing)) {
+      return m[1];
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FAIL("no 'metrics: serving' line in " << log);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("the metrics over HTTP with --metrics-listen, and a bad or taken address refused",
+          "[mount][metrics]") {
+  TempDir dir;
+  write_files(dir / "src", 3, 1000);
+  const std::string log = dir / "log";
+  Mount mount(dir / "src", dir / "mnt", {"--metrics-listen", "127.0.0.1:0", "--log-file", log});
+  read_all(mount, 3);
+  const std::string address = served_at(log);
+  const std::string answer = http_get(address, "/metrics");
+  INFO(answer);
+  REQUIRE(answer.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(contains(answer, "Content-Type: text/plain; version=0.0.4"));
+  const auto m =
+      parse_prometheus(answer.substr(answer.find("\r\n\r\n") + 4), mount.path(), dir / "src");
+  REQUIRE(m.count("epochfs_opens_total") == 1);
+  CHECK(m.at("epochfs_opens_total") == 3);
+  CHECK(http_get(address, "/").rfind("HTTP/1.1 404", 0) == 0);
+  // The port is taken, and an address is no address: the mount fails at once, saying why.
+  fs::create_directories(dir / "mnt2");
+  const CommandResult taken = run_epochfs(
+      {"mount", "--foreground", dir / "src", dir / "mnt2", "--metrics-listen", address});
+  CHECK(taken.exit_code == 1);
+  CHECK(contains(taken.output, "cannot listen: --metrics-listen " + address));
+  const CommandResult bad = run_epochfs({"mount", "--foreground", "--no-cache", dir / "src",
+                                         dir / "mnt2", "--metrics-listen", "9101"});
+  CHECK(bad.exit_code == 1);
+  CHECK(contains(bad.output, "expected HOST:PORT"));
+  CHECK_FALSE(fs::exists(dir / "mnt2/f0"));
 }
 
 namespace {

@@ -210,6 +210,9 @@ CLI::App* add_mount_options(CLI::App& app, MountArgs& args) {
   add_outage_options(cmd, o.engine);
   cmd->add_option("--metrics-file", o.metrics_file,
                   "Write Prometheus metrics to this file every 5 s (node_exporter textfile)");
+  cmd->add_option("--metrics-listen", o.metrics_listen,
+                  "Also serve the Prometheus metrics over HTTP at HOST:PORT/metrics "
+                  "(e.g. 127.0.0.1:9101; port 0: any free one, said in the log)");
   cmd->add_option("-o", o.fuse_options, "Standard FUSE mount options (comma-separated)")
       ->allow_extra_args(false);
   cmd->add_option("--log-file", o.log_file,
