@@ -533,16 +533,25 @@ bool write_json(const std::string& path, const Report& rep) {
     out << "null";
   }
   out << "},\n  \"results\": {";
-  std::string run;
+  // Runs take turns epoch by epoch: each run's epochs gathered under one key.
+  std::vector<std::string> runs;
   for (const Row& r : rep.rows) {
-    out << (r.run == run ? "," : run.empty() ? "" : "},");
-    if (r.run != run) {
-      out << "\n    \"" << r.run << "\": {";
-      run = r.run;
+    if (std::find(runs.begin(), runs.end(), r.run) == runs.end()) {
+      runs.push_back(r.run);
     }
-    write_row(out, r);
   }
-  out << (run.empty() ? "" : "}") << "\n  },\n  \"summary\": {";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    out << (i ? "}," : "") << "\n    \"" << runs[i] << "\": {";
+    bool first = true;
+    for (const Row& r : rep.rows) {
+      if (r.run == runs[i]) {
+        out << (first ? "" : ",");
+        write_row(out, r);
+        first = false;
+      }
+    }
+  }
+  out << (runs.empty() ? "" : "}") << "\n  },\n  \"summary\": {";
   const auto ratios = summary_ratios(o, rep.rows);
   for (size_t i = 0; i < ratios.size(); ++i) {
     out << (i ? ", " : "") << "\"" << ratios[i].first << "\": " << ratios[i].second;
