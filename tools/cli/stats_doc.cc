@@ -1,98 +1,31 @@
 #include "tools/cli/stats_doc.h"
 
-#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace epochfs::tools {
 namespace {
 
-class Parser {
- public:
-  explicit Parser(const std::string& text) : s_(text) {}
-
-  bool object(const std::string& prefix, StatsDoc& doc) {
-    if (!eat('{')) {
-      return false;
-    }
-    if (eat('}')) {
-      return true;
-    }
-    do {
-      std::string key;
-      if (!string(key) || !eat(':')) {
+// Every scalar under value, keyed by its dotted path: strings as their text, numbers, booleans
+// and null as JSON writes them. False if an array is met (the daemon writes none).
+bool flatten(const nlohmann::json& value, const std::string& path, StatsDoc& doc) {
+  if (value.is_object()) {
+    for (const auto& [key, child] : value.items()) {
+      if (!flatten(child, path.empty() ? key : path + "." + key, doc)) {
         return false;
       }
-      const std::string path = prefix.empty() ? key : prefix + "." + key;
-      skip_space();
-      if (peek() == '{') {
-        if (!object(path, doc)) {
-          return false;
-        }
-      } else {
-        std::string value;
-        if (!scalar(value)) {
-          return false;
-        }
-        doc.values[path] = value;
-      }
-    } while (eat(','));
-    return eat('}');
-  }
-
-  bool at_end() {
-    skip_space();
-    return i_ == s_.size();
-  }
-
- private:
-  void skip_space() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) {
-      ++i_;
     }
-  }
-
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-
-  bool eat(char c) {
-    skip_space();
-    if (peek() != c) {
-      return false;
-    }
-    ++i_;
     return true;
   }
-
-  bool string(std::string& out) {
-    if (!eat('"')) {
-      return false;
-    }
-    while (i_ < s_.size() && s_[i_] != '"') {
-      if (s_[i_] == '\\' && i_ + 1 < s_.size()) {
-        ++i_;
-      }
-      out.push_back(s_[i_++]);
-    }
-    return eat('"');
+  if (value.is_array()) {
+    return false;
   }
-
-  bool scalar(std::string& out) {
-    skip_space();
-    if (peek() == '"') {
-      return string(out);
-    }
-    while (i_ < s_.size() && s_[i_] != ',' && s_[i_] != '}' &&
-           !std::isspace(static_cast<unsigned char>(s_[i_]))) {
-      out.push_back(s_[i_++]);
-    }
-    return !out.empty();
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
-};
+  doc.values[path] = value.is_string() ? value.get<std::string>() : value.dump();
+  return true;
+}
 
 }  // namespace
 
@@ -110,10 +43,10 @@ std::optional<double> StatsDoc::number(const std::string& key) const {
 }
 
 std::optional<StatsDoc> parse_stats(const std::string& json) {
+  const auto value = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   StatsDoc doc;
-  Parser p(json);
-  if (!p.object("", doc) || !p.at_end()) {
-    return std::nullopt;
+  if (!value.is_object() || !flatten(value, "", doc)) {
+    return std::nullopt;  // not JSON (a truncated read, say), or not the daemon's shape
   }
   return doc;
 }

@@ -1,6 +1,6 @@
 // Reading the daemon's stats document (<mount>/.epochfs/stats) back: a flat view of its
-// numbers, keyed by dotted path ("cache.used_bytes"). Enough JSON for that document only:
-// objects, numbers, strings, booleans and null, no arrays.
+// numbers, keyed by dotted path ("cache.used_bytes"). Parsed with nlohmann-json; the document
+// has objects, numbers, strings, booleans and null, no arrays.
 #pragma once
 
 #include <map>
