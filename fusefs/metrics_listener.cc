@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <sstream>
+
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include "cachestore/log.h"
@@ -52,6 +54,50 @@ Result<asio::ip::tcp::endpoint> parse_address(const std::string& text) {
 std::string to_text(const asio::ip::tcp::endpoint& e) {
   const std::string host = e.address().to_string();
   return (e.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(e.port());
+}
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// Milliseconds left until deadline, at least 0.
+int ms_left(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+// Waits until fd is ready for events, or the deadline.
+bool wait_ready(int fd, short events, Deadline deadline) {
+  pollfd p{fd, events, 0};
+  const int left = ms_left(deadline);
+  return left > 0 && ::poll(&p, 1, left) == 1;
+}
+
+// The request's head (up to the blank line; at most kMaxHead bytes) before the deadline.
+bool read_head(int fd, Deadline deadline, std::string& head) {
+  constexpr size_t kMaxHead = 8192;
+  char buf[2048];
+  while (head.find("\r\n\r\n") == std::string::npos) {
+    if (head.size() > kMaxHead || !wait_ready(fd, POLLIN, deadline)) {
+      return false;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      return false;
+    }
+    head.append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Sends all of data before the deadline; a client gone or too slow gets what was sent.
+void send_all(int fd, Deadline deadline, const std::string& data) {
+  for (size_t sent = 0; sent < data.size() && wait_ready(fd, POLLOUT, deadline);) {
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      return;
+    }
+    sent += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace
@@ -118,21 +164,21 @@ void MetricsListener::run() {
 }
 
 // Reads one request from fd and answers it: the metrics at GET /metrics, 404 elsewhere, 405
-// for other methods.
+// for other methods. Beast parses and writes the messages; the socket I/O here is bounded by
+// one deadline (a blocking read behind Asio would wait for a silent client forever).
 void MetricsListener::serve_one(int fd) {
-  const timeval limit{kClientTimeoutS, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  asio::io_context io;
-  asio::ip::tcp::socket stream(io);
-  stream.assign(address_.front() == '[' ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), ::dup(fd));
-  boost::beast::flat_buffer buffer;
-  http::request<http::string_body> request;
-  boost::system::error_code ec;
-  http::read(stream, buffer, request, ec);
-  if (ec) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kClientTimeoutS);
+  std::string head;
+  if (!read_head(fd, deadline, head)) {
     return;
   }
+  http::request_parser<http::empty_body> parser;
+  boost::system::error_code ec;
+  parser.put(asio::buffer(head), ec);
+  if (ec || !parser.is_header_done()) {
+    return;
+  }
+  const auto& request = parser.get();
   http::response<http::string_body> response;
   response.version(request.version());
   response.keep_alive(false);
@@ -150,7 +196,9 @@ void MetricsListener::serve_one(int fd) {
   if (request.method() == http::verb::head) {
     response.body().clear();
   }
-  http::write(stream, response, ec);
+  std::ostringstream out;
+  out << response;
+  send_all(fd, deadline, out.str());
 }
 
 }  // namespace epochfs::fusefs

@@ -188,8 +188,8 @@ TEST_CASE("two mounts' metrics are distinct series", "[mount][metrics]") {
 
 namespace {
 
-// GET target from host:port over HTTP/1.1: the whole answer (status line, headers, body).
-std::string http_get(const std::string& address, const std::string& target) {
+// A TCP connection to host:port (IPv4); -1 if refused.
+int connect_to(const std::string& address) {
   const auto colon = address.rfind(':');
   sockaddr_in to{};
   to.sin_family = AF_INET;
@@ -197,14 +197,23 @@ std::string http_get(const std::string& address, const std::string& target) {
   REQUIRE(inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) == 1);
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// GET target from host:port over HTTP/1.1: the whole answer (status line, headers, body).
+std::string http_get(const std::string& address, const std::string& target) {
+  const int fd = connect_to(address);
+  REQUIRE(fd >= 0);
+  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: test\r\n\r\n";
+  CHECK(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
   std::string answer;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) {
-    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: test\r\n\r\n";
-    CHECK(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
-    char buf[4096];
-    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
-      answer.append(buf, static_cast<size_t>(n));
-    }
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
+    answer.append(buf, static_cast<size_t>(n));
   }
   close(fd);
   return answer;
@@ -244,6 +253,13 @@ TEST_CASE("the metrics over HTTP with --metrics-listen, and a bad or taken addre
   REQUIRE(m.count("epochfs_opens_total") == 1);
   CHECK(m.at("epochfs_opens_total") == 3);
   CHECK(http_get(address, "/").rfind("HTTP/1.1 404", 0) == 0);
+  {
+    // A client that connects and says nothing does not hold the listener: it is dropped.
+    const int silent = connect_to(address);
+    REQUIRE(silent >= 0);
+    CHECK(http_get(address, "/metrics").rfind("HTTP/1.1 200 OK", 0) == 0);
+    close(silent);
+  }
   // The port is taken, and an address is no address: the mount fails at once, saying why.
   fs::create_directories(dir / "mnt2");
   const CommandResult taken = run_epochfs(
