@@ -9,7 +9,6 @@ torch, as their sources do it:
   start of each epoch.
 """
 
-import os
 
 import pytest
 
@@ -20,33 +19,13 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler  # noqa: E4
 
 import epochfs  # noqa: E402
 import epochfs.torch  # noqa: E402
+from loader_helpers import spy_on_publish, train_set  # noqa: E402
+
+
+def by_stream_and_epoch(order, kw):
+    return (kw["stream"], kw["epoch"]), order
 
 WORLD = 2
-
-
-def read_path(path):
-    with open(path, "rb") as f:
-        f.read()
-    return path
-
-
-def train_set(mount):
-    data = os.path.join(mount.path, "train")
-    ds = torchvision.datasets.ImageFolder(data, loader=read_path)
-    return data, ds, epochfs.torch.dataset_paths(ds)
-
-
-def spy_on_publish(monkeypatch):
-    published = {}
-    real_publish = epochfs.publish
-
-    def spy(m, order, **kw):
-        order = list(order)
-        published[(kw["stream"], kw["epoch"])] = order
-        real_publish(m, order, **kw)
-
-    monkeypatch.setattr(epochfs, "publish", spy)
-    return published
 
 
 class BatchSamplerShard:
@@ -80,7 +59,7 @@ def test_a_wrapped_sampler_under_accelerate_publishes_the_whole_order_on_every_r
         mount, monkeypatch):
     """The pitfall the recipe avoids: behind BatchSamplerShard each rank reads 1/n of the
     order its sampler published (so each node would stage what other nodes read)."""
-    published = spy_on_publish(monkeypatch)
+    published = spy_on_publish(monkeypatch, by_stream_and_epoch)
     data, ds, paths = train_set(mount)
     sampler = epochfs.torch.PublishingSampler(
         RandomSampler(ds, generator=torch.Generator().manual_seed(1)), data, paths, strict=True)
@@ -88,13 +67,13 @@ def test_a_wrapped_sampler_under_accelerate_publishes_the_whole_order_on_every_r
     got = read(DataLoader(ds, batch_sampler=shard))
     batches = (len(paths) + 7) // 8
     assert len(got) == 8 * ((batches + 1) // 2)  # rank 0's batches: 0, 2, 4, ...
-    assert len(published[("train", 0)]) == len(paths)
+    assert len(dict(published)[("train", 0)]) == len(paths)
 
 
 def test_the_accelerate_recipe_publishes_what_each_rank_reads(mount, monkeypatch):
     """Recipe: a DistributedPublishingSampler with Accelerate's rank and world size, in a
     loader not passed to accelerator.prepare (batches moved to the device by hand)."""
-    published = spy_on_publish(monkeypatch)
+    published = spy_on_publish(monkeypatch, by_stream_and_epoch)
     data, ds, paths = train_set(mount)
     reads = {}
     for rank in range(WORLD):  # accelerator.process_index, accelerator.num_processes
@@ -104,8 +83,9 @@ def test_the_accelerate_recipe_publishes_what_each_rank_reads(mount, monkeypatch
         for epoch in range(2):
             sampler.set_epoch(epoch)
             reads[(rank, epoch)] = read(loader)
+    orders = dict(published)
     for (rank, epoch), got in reads.items():
-        assert got == [paths[i] for i in published[("train.rank%d" % rank, epoch)]]
+        assert got == [paths[i] for i in orders[("train.rank%d" % rank, epoch)]]
     assert sorted(reads[(0, 1)] + reads[(1, 1)]) == sorted(paths)
     assert set(mount.streams()) == {"train.rank0", "train.rank1"}
 
@@ -113,15 +93,16 @@ def test_the_accelerate_recipe_publishes_what_each_rank_reads(mount, monkeypatch
 def test_the_lightning_recipe_follows_the_epochs_lightning_sets(mount, monkeypatch):
     """Recipe: Trainer(use_distributed_sampler=False) and a DistributedPublishingSampler made in
     train_dataloader() with the trainer's global rank and world size."""
-    published = spy_on_publish(monkeypatch)
+    published = spy_on_publish(monkeypatch, by_stream_and_epoch)
     data, ds, paths = train_set(mount)
     sampler = epochfs.torch.DistributedPublishingSampler(
         ds, num_replicas=WORLD, rank=1, seed=9, data_dir=data, strict=True)
     loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2)
     for epoch in range(3):
         got = lightning_epoch(loader, epoch)
-        assert got == [paths[i] for i in published[("train.rank1", epoch)]]
+        orders = dict(published)
+        assert got == [paths[i] for i in orders[("train.rank1", epoch)]]
         # The next epoch is staged ahead while this one runs.
-        assert ("train.rank1", epoch + 1) in published
+        assert ("train.rank1", epoch + 1) in orders
     finished = mount.stream("train.rank1")["finished_epochs"]
     assert [finished[str(e)]["opens"] for e in range(3)] == [len(paths) // WORLD] * 3

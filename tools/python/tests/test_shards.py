@@ -10,9 +10,9 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
-import epochfs  # noqa: E402
 import epochfs.shards  # noqa: E402
 from conftest import Mount  # noqa: E402
+from loader_helpers import spy_on_publish  # noqa: E402
 
 SHARDS = 12
 PER_SHARD = 5
@@ -56,18 +56,6 @@ def sharded(workdir):
         m.unmount()
 
 
-def spy_on_publish(monkeypatch):
-    published = []
-    real_publish = epochfs.publish
-
-    def spy(m, order, **kw):
-        published.append((kw["stream"], kw["epoch"], list(order)))
-        real_publish(m, order, **kw)
-
-    monkeypatch.setattr(epochfs, "publish", spy)
-    return published
-
-
 def read_epoch(loader):
     return [(shard, member) for shards, members in loader for shard, member in zip(shards, members)]
 
@@ -75,7 +63,7 @@ def read_epoch(loader):
 def test_workers_read_every_shard_once_in_the_published_order_and_epoch_2_hits(
         sharded, monkeypatch):
     mount, data, paths = sharded
-    published = spy_on_publish(monkeypatch)
+    published = spy_on_publish(monkeypatch, lambda order, kw: (kw["stream"], kw["epoch"], order))
     shards = epochfs.shards.PublishingShardList(paths, data, seed=3, strict=True)
     # Epochs 0 and 1 are published when the list is made, before any loader exists.
     assert [(s, e) for s, e, _ in published] == [("shards", 0), ("shards", 1)]
@@ -104,7 +92,7 @@ def test_workers_read_every_shard_once_in_the_published_order_and_epoch_2_hits(
 
 def test_ranks_split_each_epoch_between_them(sharded, monkeypatch):
     mount, data, paths = sharded
-    published = spy_on_publish(monkeypatch)
+    published = spy_on_publish(monkeypatch, lambda order, kw: (kw["stream"], kw["epoch"], order))
     ranks = [epochfs.shards.PublishingShardList(paths, data, seed=5, rank=r, world_size=3,
                                                 strict=True) for r in range(3)]
     for epoch in range(2):

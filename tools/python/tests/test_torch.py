@@ -16,18 +16,7 @@ from torch.utils.data import (  # noqa: E402
 import epochfs  # noqa: E402
 import epochfs.torch  # noqa: E402
 from conftest import Mount, make_images  # noqa: E402
-
-
-def read_path(path):
-    """Reads the file whole, as an image loader does, and gives its path as the sample."""
-    with open(path, "rb") as f:
-        f.read()
-    return path
-
-
-def path_folder(root):
-    """ImageFolder whose samples are their file paths: shows which files the loader read."""
-    return torchvision.datasets.ImageFolder(root, loader=read_path)
+from loader_helpers import path_folder, spy_on_publish, train_set  # noqa: E402
 
 
 def seeded(dataset, seed=7):
@@ -50,14 +39,7 @@ def loader_paths(loader):
 
 
 def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeypatch):
-    published = []
-    real_publish = epochfs.publish
-
-    def spy(m, order, **kw):
-        published.append(list(order))
-        real_publish(m, order, **kw)
-
-    monkeypatch.setattr(epochfs, "publish", spy)
+    published = spy_on_publish(monkeypatch, lambda order, kw: order)
     data = os.path.join(mount.path, "train")
     ds = path_folder(data)
     paths = epochfs.torch.dataset_paths(ds)
@@ -188,26 +170,6 @@ def test_two_ranks_publish_their_own_streams_covering_the_dataset(mount):
 
 # A head start: the first epoch is published when the sampler is made, during the job's
 # start-up, and each next epoch ahead; each epoch's order once.
-
-def spy_on_publish(monkeypatch):
-    """[(epoch, order)] of every order the samplers publish (still published)."""
-    published = []
-    real_publish = epochfs.publish
-
-    def spy(m, order, **kw):
-        order = list(order)
-        published.append((kw["epoch"], order))
-        real_publish(m, order, **kw)
-
-    monkeypatch.setattr(epochfs, "publish", spy)
-    return published
-
-
-def train_set(mount):
-    data = os.path.join(mount.path, "train")
-    ds = path_folder(data)
-    return data, ds, epochfs.torch.dataset_paths(ds)
-
 
 def test_a_distributed_sampler_publishes_epoch_0_when_made(mount, monkeypatch):
     published = spy_on_publish(monkeypatch)
