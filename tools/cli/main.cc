@@ -186,11 +186,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    fprintf(stderr, "epochfs: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return epochfs::tools::run_main("epochfs", run, argc, argv); }

@@ -1,5 +1,9 @@
 #include "tools/cli/subcommand.h"
 
+#include <stdio.h>
+
+#include <exception>
+
 #include <CLI/CLI.hpp>
 
 namespace epochfs::tools {
@@ -11,6 +15,15 @@ int run_parsed(const std::vector<Subcommand>& commands) {
     }
   }
   return 2;
+}
+
+int run_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 }  // namespace epochfs::tools

@@ -20,6 +20,10 @@ struct Subcommand {
 // Runs the parsed one of commands; 2 if none was parsed (CLI11 requires one first).
 int run_parsed(const std::vector<Subcommand>& commands);
 
+// main() of a program: run(argc, argv), with an exception (CLI11's) reported as
+// "<program>: <what>" and exit code 1. Nothing below main catches them.
+int run_main(const char* program, int (*run)(int, char**), int argc, char** argv);
+
 // `epochfs mount`: its options and the checks of the values CLI11 cannot check itself
 // (tools/cli/mount_args.cc).
 Subcommand add_mount_command(CLI::App& app);

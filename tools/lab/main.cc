@@ -118,11 +118,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    fprintf(stderr, "epochfs-lab: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return epochfs::tools::run_main("epochfs-lab", run, argc, argv); }
