@@ -70,6 +70,7 @@ void Planner::run() {
   while (true) {
     {
       MutexLock lock(mu_);
+      passing_ = false;  // the last pass is over (its copies are queued)
       if (!dirty_ && !stopping_) {
         wake_.wait_for(kIdlePoll);
       }
@@ -86,10 +87,6 @@ void Planner::run() {
     } catch (const std::bad_alloc&) {
       // Out of memory: skip this pass; the reads themselves never depend on prefetch.
       cachestore::log(LogLevel::kError, "planner: out of memory; prefetch paused for a pass");
-    }
-    {
-      MutexLock lock(mu_);
-      passing_ = false;
     }
     std::this_thread::sleep_until(started + kMinPassInterval);
   }
@@ -292,18 +289,18 @@ PlannerStats Planner::stats() const {
   MutexLock lock(mu_);
   PlannerStats out;
   out.planning = dirty_ || passing_;
-  const double mean_bytes = mean_file_bytes(window_inputs(0));
   for (size_t s = 0; s < streams_.size(); ++s) {
     if (!schedule_.stream_live(s)) {
       continue;
     }
     StreamStats& st = out.streams.emplace_back(streams_[s]);
     st.view = schedule_.view(s);
-    st.window_files = window_for(s);
+    const WindowInputs in = window_inputs(s);
+    st.window_files = window_files(options_.lookahead, in);
     st.rate_files_s = rates_[s].per_s;
     st.lead_s =
         st.rate_files_s > 0 ? static_cast<double>(st.view.planned_ahead) / st.rate_files_s : 0;
-    const double dataset = static_cast<double>(st.view.epoch_length) * mean_bytes;
+    const double dataset = static_cast<double>(st.view.epoch_length) * mean_file_bytes(in);
     st.hit_rate_bound = options_.cache_capacity == UINT64_MAX || dataset == 0
                             ? 1.0
                             : std::min(1.0, static_cast<double>(options_.cache_capacity) / dataset);
