@@ -182,7 +182,7 @@ void MetricsListener::serve_one(int fd) {
   http::response<http::string_body> response;
   response.version(request.version());
   response.keep_alive(false);
-  if (request.method() != http::verb::get && request.method() != http::verb::head) {
+  if (request.method() != http::verb::get) {
     response.result(http::status::method_not_allowed);
   } else if (request.target() != "/metrics") {
     response.result(http::status::not_found);
@@ -193,9 +193,6 @@ void MetricsListener::serve_one(int fd) {
     response.body() = make_();
   }
   response.prepare_payload();
-  if (request.method() == http::verb::head) {
-    response.body().clear();
-  }
   std::ostringstream out;
   out << response;
   send_all(fd, deadline, out.str());

@@ -20,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include "test/mount/mount_fixture.h"
+#include "tools/cli/mount_table.h"
 #include "tools/cli/stats_doc.h"
 #include "tools/lab/dataset.h"
 
@@ -204,11 +205,12 @@ int connect_to(const std::string& address) {
   return fd;
 }
 
-// GET target from host:port over HTTP/1.1: the whole answer (status line, headers, body).
-std::string http_get(const std::string& address, const std::string& target) {
+// method target from host:port over HTTP/1.1: the whole answer (status line, headers, body).
+std::string http_get(const std::string& address, const std::string& target,
+                     const std::string& method = "GET") {
   const int fd = connect_to(address);
   REQUIRE(fd >= 0);
-  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: test\r\n\r\n";
+  const std::string request = method + " " + target + " HTTP/1.1\r\nHost: test\r\n\r\n";
   CHECK(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
   std::string answer;
   char buf[4096];
@@ -253,6 +255,7 @@ TEST_CASE("the metrics over HTTP with --metrics-listen, and a bad or taken addre
   REQUIRE(m.count("epochfs_opens_total") == 1);
   CHECK(m.at("epochfs_opens_total") == 3);
   CHECK(http_get(address, "/").rfind("HTTP/1.1 404", 0) == 0);
+  CHECK(http_get(address, "/metrics", "DELETE").rfind("HTTP/1.1 405", 0) == 0);
   {
     // A client that connects and says nothing does not hold the listener: it is dropped.
     const int silent = connect_to(address);
@@ -271,6 +274,29 @@ TEST_CASE("the metrics over HTTP with --metrics-listen, and a bad or taken addre
   CHECK(bad.exit_code == 1);
   CHECK(contains(bad.output, "expected HOST:PORT"));
   CHECK_FALSE(fs::exists(dir / "mnt2/f0"));
+}
+
+TEST_CASE("a daemon in the background serves the metrics on the socket bound before its fork",
+          "[mount][metrics]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 1000);
+  const std::string mnt = dir / "mnt";
+  fs::create_directories(mnt);
+  const std::string log = dir / "log";
+
+  struct Unmount {
+    std::string path;
+
+    ~Unmount() { tools::unmount_or_detach(path); }  // also when a check below fails
+  } unmount{mnt};
+
+  REQUIRE(run_epochfs({"mount", "--no-cache", dir / "src", mnt, "--metrics-listen", "127.0.0.1:0",
+                       "--log-file", log})
+              .exit_code == 0);
+  const std::string address = served_at(log);
+  CHECK(http_get(address, "/metrics").rfind("HTTP/1.1 200 OK", 0) == 0);
+  CHECK(run_epochfs({"unmount", mnt}).exit_code == 0);
+  CHECK(connect_to(address) < 0);  // the daemon and its socket are gone
 }
 
 namespace {
