@@ -124,6 +124,19 @@ UniqueFd take_lock(const std::string& root, const std::string& name) {
   return lock;
 }
 
+// A directory stream over dir_fd, read from its start; nullptr on failure. A duplicate shares
+// the descriptor's position, which an earlier stream over it left at the end: without the
+// rewind, every stream but the first saw an empty directory.
+DIR* stream_of(int dir_fd) {
+  UniqueFd dup(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+  if (d != nullptr) {
+    dup.release();  // closedir closes it
+    ::rewinddir(d);
+  }
+  return d;
+}
+
 // Removes every entry of the directory dir_fd except `keep` (may be null). Returns the number
 // of entries it saw (0: the directory was empty but for keep), or -1 on failure or stop.
 int remove_entries(int dir_fd, const char* keep, const std::atomic<bool>* stop, int depth);
@@ -140,12 +153,10 @@ bool empty_dir(int dir_fd, const char* keep, const std::atomic<bool>* stop, int 
 }
 
 int remove_entries(int dir_fd, const char* keep, const std::atomic<bool>* stop, int depth) {
-  UniqueFd dup(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+  DIR* d = stream_of(dir_fd);
   if (d == nullptr) {
     return -1;
   }
-  dup.release();  // closedir closes it
   int seen = 0;
   bool ok = true;
   // readdir is safe on a stream no other thread uses (glibc); the check cannot tell.
@@ -183,12 +194,10 @@ int remove_entries(int dir_fd, const char* keep, const std::atomic<bool>* stop, 
 }
 
 uint64_t tree_bytes(int dir_fd, int depth) {
-  UniqueFd dup(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+  DIR* d = stream_of(dir_fd);
   if (d == nullptr) {
     return 0;
   }
-  dup.release();
   uint64_t bytes = 0;
   while (struct dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): a stream of ours
     struct stat st;
