@@ -253,12 +253,33 @@ CacheDir::~CacheDir() {
   if (keep_) {
     return;  // left for the next mount; its lock goes with lock_fd_
   }
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-  if (ec) {
-    log(LogLevel::kWarning, "cannot remove the cache directory %s: %s", path_.c_str(),
-        ec.message().c_str());
+  give_up();
+  if (removal_name_->empty()) {
+    return;  // removed or moved away from under us: nothing of ours to remove
   }
+  Leftover own{CacheDirEntry{}, std::move(lock_fd_)};
+  own.entry.name = *removal_name_;
+  const Status s = remove_leftover(root_, own);
+  if (!s.is_ok()) {
+    log(LogLevel::kWarning, "cannot remove the cache directory %s: %s", path_.c_str(),
+        s.to_string().c_str());
+  }
+}
+
+void CacheDir::give_up() {
+  if (keep_ || removal_name_) {
+    return;
+  }
+  // A rename, so cheap: `epochfs unmount` may return once the name is gone, while unlinking
+  // a million copies takes minutes. Should this process die before the end, the next mount or
+  // `epochfs clean` finds a dead ".trash." directory and removes it. The lock stays held (its
+  // file is removed last), so no one else does meanwhile.
+  Leftover own{CacheDirEntry{}, UniqueFd()};
+  own.entry.name = std::filesystem::path(path_).filename().string();
+  own.entry.kind = CacheDirKind::kMount;
+  const Status s = trash_leftover(root_, own);
+  // After a failed rename, removed under its own name.
+  removal_name_ = !s.is_ok() && s.error_code() == ENOENT ? "" : own.entry.name;
 }
 
 std::string CacheDir::object_name(const std::string& source_path) {

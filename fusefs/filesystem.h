@@ -114,6 +114,9 @@ class Filesystem {
 
   void start() { engine_.start(); }
 
+  // After the session: see Engine::unmounted.
+  void unmounted() { engine_.unmounted(); }
+
   // Looks name up in parent; on success the kernel holds one more reference to the result.
   // may_wait false: while the source is down, an outage error at once instead of waiting for
   // it (a listing's entries: the listing can do without their attributes).

@@ -257,6 +257,7 @@ int run_mount(const MountOptions& options) {
                     "data path: no-open (the kernel opens files itself and keeps their pages)");
   }
   const int rc = serve(se.get(), o, fs);
+  fs.unmounted();
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
   fuse_session_unmount(se.get());
   fuse_remove_signal_handlers(se.get());

@@ -131,6 +131,14 @@ class Engine final : public PrefetchSink {
   // staged.
   void start();
 
+  // The mount is gone (its session ended): the cache directory is given up at once, ahead of
+  // the teardown (CacheStore::unmounted).
+  void unmounted() {
+    if (cache_) {
+      cache_->unmounted();
+    }
+  }
+
   // Records attributes just read from the source (by lookup or getattr).
   void observe(const std::string& rel_path, const struct stat& st);
 

@@ -102,6 +102,35 @@ TEST_CASE("the daemon exits 0 after unmount and after SIGTERM or SIGINT", "[moun
   }
 }
 
+TEST_CASE("unmount returns while the daemon still removes its cache, which leaves nothing",
+          "[mount][lifecycle]") {
+  // Unlinking a million copies takes minutes: the daemon renames its directory away first,
+  // and `epochfs unmount` returns once it has (after 2 s). Here the cache disk holds every
+  // unlink in the trash, so the removal cannot end before the test lets it.
+  TempDir dir;
+  write_files(dir / "data", 10, 50'000);
+  fs::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "data", dir / "mnt", {"--cache-dir", disk.path()});
+  check_files(mount.path(), dir / "data", 10);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 10);
+  disk.set_rules("unlink /.trash.* hang\n");
+  const CommandResult unmounted = run_epochfs({"unmount", mount.path()});
+  INFO(unmounted.output);
+  CHECK(unmounted.exit_code == 0);
+  CHECK(contains(unmounted.output, "goes on removing its cache"));
+  CHECK_FALSE(is_mounted(mount.path()));
+  CHECK(::kill(mount.pid(), 0) == 0);
+  const auto left = names_in(dir / "cachedisk");
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].rfind(".trash.", 0) == 0);
+  disk.set_rules("");
+  disk.release();
+  CHECK(mount.wait_exit() == 0);
+  CHECK(fs::is_empty(dir / "cachedisk"));
+}
+
 TEST_CASE("an unmount from outside or an aborted connection ends the daemon cleanly",
           "[mount][lifecycle]") {
   TempDir dir;

@@ -16,9 +16,11 @@
 namespace epochfs::tools {
 namespace {
 
-// Removing a large cache directory takes a while; a daemon still busy after this long is
-// left to finish on its own.
+// A daemon still busy after this long is left to finish on its own.
 constexpr auto kDaemonExitWait = std::chrono::seconds(120);
+// Removing a large cache directory takes minutes (a million copies): after this long, the
+// daemon having given its directory up (renamed it away to remove it) is enough.
+constexpr auto kQuickExit = std::chrono::seconds(2);
 
 // True while pid runs. An exited child its parent has not reaped yet (a zombie) has done
 // everything it will do, so it counts as gone.
@@ -32,10 +34,18 @@ bool running(pid_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
 }
 
-void wait_for_daemon(pid_t pid) {
-  const auto deadline = std::chrono::steady_clock::now() + kDaemonExitWait;
+// Waits for the daemon to exit, or, past kQuickExit, for its cache directory (empty: none)
+// to be gone from its name.
+void wait_for_daemon(pid_t pid, const std::string& cache_dir) {
+  const auto start = std::chrono::steady_clock::now();
   while (running(pid)) {
-    if (std::chrono::steady_clock::now() >= deadline) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= kQuickExit && !cache_dir.empty() && ::access(cache_dir.c_str(), F_OK) != 0 &&
+        errno == ENOENT) {
+      fprintf(stderr, "epochfs: unmounted; the daemon (pid %d) goes on removing its cache\n", pid);
+      return;
+    }
+    if (waited >= kDaemonExitWait) {
       fprintf(stderr, "epochfs: unmounted; the daemon (pid %d) is still cleaning up\n", pid);
       return;
     }
@@ -60,9 +70,10 @@ int cmd_unmount(const std::string& path, bool lazy) {
   // The daemon's pid, to wait for it: it removes its cache directory on the way out.
   auto stats = read_stats(mountpoint);
   auto pid = stats ? stats->number("pid") : std::nullopt;
+  const std::string cache_dir = stats ? stats->values["cache.dir"] : std::string();
   if (umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) == 0) {
     if (!lazy && pid) {
-      wait_for_daemon(static_cast<pid_t>(*pid));
+      wait_for_daemon(static_cast<pid_t>(*pid), cache_dir);
     }
     return 0;
   }
