@@ -182,25 +182,6 @@ struct Row {
   double ratio_to_ideal = 0;
 };
 
-// Publishes one epoch's order into the mount's control directory; false (with a message) if
-// the daemon refused it.
-bool publish_order(const std::string& mnt, const std::vector<std::string>& paths,
-                   const std::vector<uint32_t>& order, size_t epoch) {
-  std::string text =
-      "#epoch " + std::to_string(epoch) + "\n#count " + std::to_string(order.size()) + "\n";
-  for (uint32_t i : order) {
-    text += paths[i] + "\n";
-  }
-  const std::string path = mnt + "/.epochfs/order-" + std::to_string(epoch);
-  cachestore::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  const bool ok = fd.valid() && cachestore::write_all(fd.get(), text, path).is_ok() &&
-                  ::close(fd.release()) == 0;
-  if (!ok) {
-    fprintf(stderr, "epochfs-lab bench: publishing epoch %zu: %s\n", epoch, strerror(errno));
-  }
-  return ok;
-}
-
 // Copies root/paths to dest with `threads` threads (a parallel rsync); seconds taken.
 double copy_dataset(const std::string& root, const std::string& dest,
                     const std::vector<std::string>& paths, unsigned threads) {

@@ -48,6 +48,20 @@ struct BenchPolicyOptions {
 // with the engine's own classes; no mount).
 int cmd_bench_policy(const BenchPolicyOptions& options);
 
+struct BenchTreeOptions {
+  std::string dir;         // work dir (dataset reused if it matches); a new temporary one if empty
+  size_t files = 1281167;  // ImageNet-1k's training set
+  size_t classes = 1000;
+  double mean_kb = 2;  // small files: the costs measured here are per file, not per byte
+  unsigned threads = 8;
+  uint64_t seed = 1;
+  std::string json;  // also write the figures here
+};
+
+// An ImageNet-sized tree through a real mount: mount, publish, memory, opens/s, unmount
+// (tools/lab/cmd_bench_tree.cc).
+int cmd_bench_tree(const BenchTreeOptions& options);
+
 struct DemoOptions {
   std::string dir;  // work dir; a fresh temporary one if empty
   size_t files = 10000;

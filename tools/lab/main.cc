@@ -80,6 +80,29 @@ Subcommand add_bench_policy(CLI::App& app) {
   return {cmd, [o] { return tools::cmd_bench_policy(*o); }};
 }
 
+Subcommand add_bench_tree(CLI::App& app) {
+  auto o = std::make_shared<tools::BenchTreeOptions>();
+  auto* cmd = app.add_subcommand(
+      "bench-tree", "An ImageNet-sized tree through a mount: start, publish, memory, unmount");
+  cmd->add_option("--dir", o->dir, "Work directory (default: a new temporary one)");
+  cmd->add_option("--files", o->files, "Files in the tree")
+      ->default_val(o->files)
+      ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
+  cmd->add_option("--classes", o->classes, "Directories")
+      ->default_val(o->classes)
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}));
+  cmd->add_option("--mean-kb", o->mean_kb, "Mean file size in KB (lognormal)")
+      ->default_val(o->mean_kb)
+      ->check(CLI::Range(0.01, 1e6));
+  cmd->add_option("--threads", o->threads, "Reader threads")
+      ->default_val(o->threads)
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--seed", o->seed, "Seed of the dataset and the shuffles");
+  cmd->add_option("--json", o->json, "Also write the figures as JSON to this file");
+
+  return {cmd, [o] { return tools::cmd_bench_tree(*o); }};
+}
+
 Subcommand add_demo(CLI::App& app) {
   auto o = std::make_shared<tools::DemoOptions>();
   auto* cmd = app.add_subcommand("demo", "Read a sample dataset through a mount and directly");
@@ -111,7 +134,8 @@ Subcommand add_demo(CLI::App& app) {
 int run(int argc, char** argv) {
   CLI::App app{"epochfs-lab: benchmarks and the demo of epochfs (not installed)"};
   app.require_subcommand(1);
-  const std::vector<Subcommand> commands = {add_bench(app), add_bench_policy(app), add_demo(app)};
+  const std::vector<Subcommand> commands = {add_bench(app), add_bench_policy(app),
+                                            add_bench_tree(app), add_demo(app)};
   CLI11_PARSE(app, argc, argv);
   return tools::run_parsed(commands);
 }

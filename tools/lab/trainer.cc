@@ -1,5 +1,11 @@
 #include "tools/lab/trainer.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,6 +15,8 @@
 #include <random>
 #include <thread>
 
+#include "cachestore/root_dir.h"
+#include "cachestore/unique_fd.h"
 #include "tools/lab/read_bench.h"
 
 namespace epochfs::tools {
@@ -117,6 +125,23 @@ EpochFigures run_epoch(const std::string& root, const std::vector<std::string>& 
   f.p50_wait_ms = percentile(waits, 0.5) * 1e3;
   f.p99_wait_ms = percentile(waits, 0.99) * 1e3;
   return f;
+}
+
+bool publish_order(const std::string& mnt, const std::vector<std::string>& paths,
+                   const std::vector<uint32_t>& order, size_t epoch) {
+  std::string text =
+      "#epoch " + std::to_string(epoch) + "\n#count " + std::to_string(order.size()) + "\n";
+  for (uint32_t i : order) {
+    text += paths[i] + "\n";
+  }
+  const std::string path = mnt + "/.epochfs/order-" + std::to_string(epoch);
+  cachestore::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  const bool ok = fd.valid() && cachestore::write_all(fd.get(), text, path).is_ok() &&
+                  ::close(fd.release()) == 0;
+  if (!ok) {
+    fprintf(stderr, "epochfs-lab: publishing epoch %zu: %s\n", epoch, strerror(errno));
+  }
+  return ok;
 }
 
 }  // namespace epochfs::tools

@@ -40,4 +40,9 @@ EpochFigures run_epoch(const std::string& root, const std::vector<std::string>& 
 // The shuffled order of epoch `epoch` for `files` samples (seeded, as a sampler is).
 std::vector<uint32_t> epoch_order(size_t files, uint64_t seed, uint64_t epoch);
 
+// Publishes one epoch's order of root/paths[order[i]] into the mount's control directory;
+// false (with a message) if the daemon refused it. Returns once the daemon has taken it.
+bool publish_order(const std::string& mnt, const std::vector<std::string>& paths,
+                   const std::vector<uint32_t>& order, size_t epoch);
+
 }  // namespace epochfs::tools
