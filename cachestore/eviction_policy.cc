@@ -1,30 +1,49 @@
 #include "cachestore/eviction_policy.h"
 
+#include <algorithm>
+
 namespace epochfs::cachestore {
 
 void LruPolicy::touch(FileId id) {
-  auto it = where_.find(id);
-  if (it != where_.end()) {
-    order_.splice(order_.begin(), order_, it->second);
+  if (head_ == id) {
     return;
   }
-  order_.push_front(id);
-  where_.emplace(id, order_.begin());
+  if (contains(id)) {
+    unlink(id);
+  } else {
+    if (id >= links_.size()) {
+      links_.resize(std::max<size_t>(id + 1, links_.size() + links_.size() / 2));
+    }
+    ++size_;
+  }
+  Link& l = links_[id];
+  l.older = head_;
+  if (head_ != kNone) {
+    links_[head_].newer = id;
+  } else {
+    tail_ = id;
+  }
+  head_ = id;
+}
+
+void LruPolicy::unlink(FileId id) {
+  Link& l = links_[id];
+  (l.newer != kNone ? links_[l.newer].older : head_) = l.older;
+  (l.older != kNone ? links_[l.older].newer : tail_) = l.newer;
+  l = Link{};
 }
 
 void LruPolicy::removed(FileId id) {
-  auto it = where_.find(id);
-  if (it == where_.end()) {
-    return;
+  if (contains(id)) {
+    unlink(id);
+    --size_;
   }
-  order_.erase(it->second);
-  where_.erase(it);
 }
 
 std::optional<FileId> LruPolicy::choose_victim(const std::function<bool(FileId)>& can_evict) {
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    if (can_evict(*it)) {
-      return *it;
+  for (FileId id = tail_; id != kNone; id = links_[id].newer) {
+    if (can_evict(id)) {
+      return id;
     }
   }
   return std::nullopt;
@@ -33,7 +52,14 @@ std::optional<FileId> LruPolicy::choose_victim(const std::function<bool(FileId)>
 // Files whose key was computed as kNever live in never_ (LRU order); the others in the heap.
 void NextUsePolicy::file_key(FileId id) {
   const uint32_t stamp = next_stamp_++;
-  stamp_[id] = stamp;
+  if (next_stamp_ == 0) {
+    next_stamp_ = 1;  // 0 means not resident
+  }
+  if (id >= stamps_.size()) {
+    stamps_.resize(std::max<size_t>(id + 1, stamps_.size() + stamps_.size() / 2));
+  }
+  resident_ += stamps_[id] == 0 ? 1 : 0;
+  stamps_[id] = stamp;
   const uint64_t key = oracle_.next_use(id);
   if (key == NextUseOracle::kNever) {
     never_.inserted(id);  // also refreshes its recency
@@ -41,7 +67,7 @@ void NextUsePolicy::file_key(FileId id) {
   }
   never_.removed(id);
   heap_.push(Keyed{key, id, stamp});
-  if (heap_.size() > 2 * stamp_.size() + 1024) {
+  if (heap_.size() > 2 * resident_ + 1024) {
     rebuild_heap();
   }
 }
@@ -52,8 +78,7 @@ void NextUsePolicy::rebuild_heap() {
   while (!heap_.empty()) {
     const Keyed k = heap_.top();
     heap_.pop();
-    auto it = stamp_.find(k.id);
-    if (it != stamp_.end() && it->second == k.stamp) {
+    if (stamp_of(k.id) == k.stamp) {
       live.push_back(k);
     }
   }
@@ -61,7 +86,10 @@ void NextUsePolicy::rebuild_heap() {
 }
 
 void NextUsePolicy::removed(FileId id) {
-  stamp_.erase(id);
+  if (stamp_of(id) != 0) {
+    stamps_[id] = 0;
+    --resident_;
+  }
   never_.removed(id);
 }
 
@@ -86,8 +114,7 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
   while (!heap_.empty() && !victim) {
     const Keyed top = heap_.top();
     heap_.pop();
-    auto it = stamp_.find(top.id);
-    if (it == stamp_.end() || it->second != top.stamp) {
+    if (stamp_of(top.id) != top.stamp) {
       continue;  // stale
     }
     const uint64_t key = oracle_.next_use(top.id);

@@ -7,10 +7,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <optional>
 #include <queue>
-#include <unordered_map>
 #include <vector>
 
 namespace epochfs::cachestore {
@@ -48,7 +46,7 @@ class LruPolicy final : public EvictionPolicy {
   void inserted(FileId id) override { touch(id); }
 
   void accessed(FileId id) override {
-    if (where_.count(id) != 0) {
+    if (contains(id)) {
       touch(id);
     }
   }
@@ -56,13 +54,30 @@ class LruPolicy final : public EvictionPolicy {
   void removed(FileId id) override;
   std::optional<FileId> choose_victim(const std::function<bool(FileId)>& can_evict) override;
 
-  size_t size() const override { return order_.size(); }
+  size_t size() const override { return size_; }
 
  private:
-  void touch(FileId id);
+  static constexpr FileId kNone = UINT32_MAX;
 
-  std::list<FileId> order_;  // front: most recent
-  std::unordered_map<FileId, std::list<FileId>::iterator> where_;
+  // A resident file's neighbours in recency order. Ids are dense, so a list threaded through
+  // a vector by id costs 8 bytes per id; a std::list and a hash map of iterators cost ~100
+  // per resident file (docs/benchmarks.md, "An ImageNet-sized tree").
+  struct Link {
+    FileId newer = kNone;
+    FileId older = kNone;
+  };
+
+  bool contains(FileId id) const {
+    return id < links_.size() && (links_[id].newer != kNone || head_ == id);
+  }
+
+  void touch(FileId id);
+  void unlink(FileId id);
+
+  std::vector<Link> links_;  // by id
+  FileId head_ = kNone;      // most recent
+  FileId tail_ = kNone;      // least recent
+  size_t size_ = 0;
 };
 
 // When each file will be needed next, as the prefetch engine knows from published orders.
@@ -94,7 +109,7 @@ class NextUsePolicy final : public EvictionPolicy {
   void inserted(FileId id) override { file_key(id); }
 
   void accessed(FileId id) override {
-    if (stamp_.count(id) != 0) {
+    if (stamp_of(id) != 0) {
       file_key(id);
     }
   }
@@ -103,7 +118,7 @@ class NextUsePolicy final : public EvictionPolicy {
   std::optional<FileId> choose_victim(const std::function<bool(FileId)>& can_evict) override;
   bool worth_evicting(FileId incoming, FileId victim) override;
 
-  size_t size() const override { return stamp_.size(); }
+  size_t size() const override { return resident_; }
 
  private:
   struct Keyed {
@@ -118,8 +133,13 @@ class NextUsePolicy final : public EvictionPolicy {
   void rebuild_heap();
 
   NextUseOracle& oracle_;
-  // Resident files with their current stamp; heap entries with another stamp are stale.
-  std::unordered_map<FileId, uint32_t> stamp_;
+
+  uint32_t stamp_of(FileId id) const { return id < stamps_.size() ? stamps_[id] : 0; }
+
+  // By id: a resident file's current stamp (0: not resident); heap entries with another stamp
+  // are stale. A vector by id, as ids are dense: 4 bytes per id.
+  std::vector<uint32_t> stamps_;
+  size_t resident_ = 0;
   uint32_t next_stamp_ = 1;
   std::priority_queue<Keyed> heap_;  // files with a known next use
   LruPolicy never_;                  // files with no known next use
