@@ -282,9 +282,13 @@ void CacheDir::give_up() {
   removal_name_ = !s.is_ok() && s.error_code() == ENOENT ? "" : own.entry.name;
 }
 
-std::string CacheDir::object_name(const std::string& source_path) {
+ObjectKey CacheDir::object_key(const std::string& source_path) {
   const XXH128_hash_t h = XXH3_128bits(source_path.data(), source_path.size());
-  const std::string hex = hex64(h.high64) + hex64(h.low64);
+  return ObjectKey{h.high64, h.low64};
+}
+
+std::string CacheDir::object_name(ObjectKey key) {
+  const std::string hex = hex64(key.high) + hex64(key.low);
   return hex.substr(0, 2) + "/" + hex;
 }
 

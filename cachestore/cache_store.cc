@@ -124,7 +124,7 @@ uint64_t CacheStore::charge_for(uint64_t size) const {
 void CacheStore::mark_removing(FileId id, Entry& e, std::vector<Removal>& out) {
   e.state = State::kRemoving;
   policy_->removed(id);
-  out.push_back(Removal{id, e.name});
+  out.push_back(Removal{id, CacheDir::object_name(e.key)});
 }
 
 void CacheStore::finish_removals(const std::vector<Removal>& removals) {
@@ -142,15 +142,16 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
   for (FileId id : gone) {
     auto it = entries_.find(id);
     if (it != entries_.end() && it->second.state == State::kRemoving) {
-      used_bytes_ -= it->second.charge;
+      used_bytes_ -= charge_for(it->second.size);
       entries_.erase(it);
     }
   }
 }
 
-// Charges `charge` for id, evicting unpinned ready files as needed. False if it cannot fit.
-bool CacheStore::reserve(FileId id, const std::string& name, const std::string& path, uint64_t size,
-                         uint64_t charge) {
+// Charges for a copy of size bytes for id, evicting unpinned ready files as needed. False if
+// it cannot fit.
+bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
+  const uint64_t charge = charge_for(size);
   while (true) {
     const uint64_t capacity = effective_capacity();
     std::vector<Removal> removals;
@@ -162,8 +163,7 @@ bool CacheStore::reserve(FileId id, const std::string& name, const std::string& 
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
-        entries_.emplace(id,
-                         Entry{State::kStaging, false, false, 0, size, charge, {}, 0, name, path});
+        entries_.emplace(id, Entry{State::kStaging, false, false, 0, size, {}, 0, key});
         ++counters_.staging_now;
         return true;
       }
@@ -192,16 +192,16 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
   if (staging_suspended()) {
     return std::nullopt;
   }
-  const std::string name = CacheDir::object_name(path);
-  if (!reserve(id, name, path, size, charge_for(size))) {
+  const ObjectKey key = CacheDir::object_key(path);
+  if (!reserve(id, key, size)) {
     return std::nullopt;
   }
   Staging s;
   s.store_ = this;
   s.id_ = id;
   s.size_ = size;
-  s.final_name_ = name;
-  s.temp_name_ = temp_name_for(name);
+  s.final_name_ = CacheDir::object_name(key);
+  s.temp_name_ = temp_name_for(s.final_name_);
   Status made = create_temp(s);
   if (!made.is_ok() && made.error_code() == ENOENT && remake_removed_dir()) {
     made = create_temp(s);
@@ -250,7 +250,7 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   MutexLock lock(mu_);
   Entry& e = entries_.at(staging.id_);
   e.state = State::kReady;
-  staging_bytes_ -= e.charge;
+  staging_bytes_ -= charge_for(e.size);
   e.version = version;
   e.hash = hash;
   --counters_.staging_now;
@@ -272,8 +272,8 @@ void CacheStore::abort(Staging staging, int err) {
   MutexLock lock(mu_);
   auto it = entries_.find(staging.id_);
   if (it != entries_.end() && it->second.state == State::kStaging) {
-    used_bytes_ -= it->second.charge;
-    staging_bytes_ -= it->second.charge;
+    used_bytes_ -= charge_for(it->second.size);
+    staging_bytes_ -= charge_for(it->second.size);
     entries_.erase(it);
     --counters_.staging_now;
     ++counters_.staging_aborted;
@@ -324,7 +324,7 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
     if (it->second.version == version) {
       ++it->second.pins;
       policy_->accessed(id);
-      name = it->second.name;
+      name = CacheDir::object_name(it->second.key);
       size = it->second.size;
     } else {
       drop_locked(id, false, removals);
@@ -390,7 +390,7 @@ VerifyReport CacheStore::verify_all() {
         continue;  // evicted or dropped since the list was made
       }
       ++it->second.pins;  // not evicted while we read it
-      name = it->second.name;
+      name = CacheDir::object_name(it->second.key);
       size = it->second.size;
       expected = it->second.hash;
     }

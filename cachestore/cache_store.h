@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -141,6 +142,12 @@ class CacheStore {
   // objects built after the store).
   void set_policy(std::unique_ptr<EvictionPolicy> policy);
 
+  // The paths of file ids (the engine's registry), for the index a kept cache writes at the
+  // end. Call once, before any other method; without it, nothing is kept.
+  using PathOf = std::function<std::string(FileId)>;
+
+  void set_path_of(PathOf path_of) { path_of_ = std::move(path_of); }
+
   // Whether id has an entry (being staged, ready or being removed).
   bool contains(FileId id) const;
   // The version of id's ready copy, if it has one.
@@ -208,12 +215,12 @@ class CacheStore {
     bool doomed = false;          // remove when the last pin goes
     bool verify_pending = false;  // kept by an earlier mount: check the hash at first open
     uint32_t pins = 0;
-    uint64_t size = 0;
-    uint64_t charge = 0;
+    uint64_t size = 0;  // charged charge_for(size)
     FileVersion version;
     uint64_t hash = 0;
-    std::string name;  // object name in the cache directory
-    std::string path;  // source path, for the index
+    // Names the copy (CacheDir::object_name). No path or name is kept: with a million
+    // copies, their strings were half of the daemon's memory per cached file.
+    ObjectKey key;
   };
 
   // A file to unlink once the lock is released, then uncharge.
@@ -227,8 +234,7 @@ class CacheStore {
 
   uint64_t charge_for(uint64_t size) const;
   uint64_t effective_capacity();
-  bool reserve(FileId id, const std::string& name, const std::string& path, uint64_t size,
-               uint64_t charge);
+  bool reserve(FileId id, ObjectKey key, uint64_t size);
   void mark_removing(FileId id, Entry& e, std::vector<Removal>& out) REQUIRES(mu_);
   void finish_removals(const std::vector<Removal>& removals);
   void note_fault(int err);
@@ -259,6 +265,7 @@ class CacheStore {
   mutable Mutex mu_;
   Mutex remake_mu_;  // one remake_removed_dir at a time; taken before mu_
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
+  PathOf path_of_;  // set before use
   std::unordered_map<FileId, Entry> entries_ GUARDED_BY(mu_);
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight

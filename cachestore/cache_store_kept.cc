@@ -20,13 +20,21 @@ namespace epochfs::cachestore {
 // The index is written only at a clean shutdown and deleted as soon as it is read: after a
 // crash there is no index, and nothing unverified is ever trusted.
 void CacheStore::save_index() {
-  std::vector<KeptCopy> copies;
+  std::vector<std::pair<FileId, KeptCopy>> ready;
   {
     MutexLock lock(mu_);
     for (const auto& [id, e] : entries_) {
       if (e.state == State::kReady && !e.doomed) {
-        copies.push_back(KeptCopy{e.path, e.size, e.version, e.hash});
+        ready.emplace_back(id, KeptCopy{"", e.size, e.version, e.hash});
       }
+    }
+  }
+  // Paths from the registry, with no lock of ours held.
+  std::vector<KeptCopy> copies;
+  for (auto& [id, copy] : ready) {
+    copy.path = path_of_ ? path_of_(id) : std::string();
+    if (!copy.path.empty()) {
+      copies.push_back(std::move(copy));
     }
   }
   const std::string text = format_index(copies);
@@ -83,20 +91,20 @@ void CacheStore::load_index() {
 }
 
 void CacheStore::adopt(FileId id, const KeptCopy& copy) {
-  const std::string name = CacheDir::object_name(copy.path);
+  const ObjectKey key = CacheDir::object_key(copy.path);
   const uint64_t charge = charge_for(copy.size);
   {
     MutexLock lock(mu_);
     if (entries_.count(id) == 0 && used_bytes_ + charge <= options_.capacity_bytes) {
       used_bytes_ += charge;
-      Entry e{State::kReady, false,        true,      0,    copy.size,
-              charge,        copy.version, copy.hash, name, copy.path};
-      entries_.emplace(id, std::move(e));
+      entries_.emplace(
+          id, Entry{State::kReady, false, true, 0, copy.size, copy.version, copy.hash, key});
       policy_->inserted(id);
       return;
     }
   }
-  ::unlinkat(dir_->fd(), name.c_str(), 0);  // no room under the capacity of this mount
+  // No room under the capacity of this mount.
+  ::unlinkat(dir_->fd(), CacheDir::object_name(key).c_str(), 0);
 }
 
 // A copy kept by an earlier mount is read whole and hashed once, at its first open, before it

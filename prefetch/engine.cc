@@ -48,6 +48,7 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
   planner_ = std::make_unique<Planner>(planner);
   if (cache_) {
     cache_->set_policy(std::make_unique<cachestore::NextUsePolicy>(*planner_));
+    cache_->set_path_of([this](FileId id) { return registry_.path_of(id); });
     // Copies kept by an earlier mount (--keep-cache): each is checked against the source's
     // version like any copy, and its hash at first open.
     for (const auto& copy : cache_->take_kept_copies()) {
