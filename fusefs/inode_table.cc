@@ -9,7 +9,7 @@ using cachestore::MutexLock;
 InodeTable::InodeTable(const struct stat& root_st) : root_key_{root_st.st_dev, root_st.st_ino} {
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
-  by_id_.emplace(kRootInodeId, Inode{root_key_, "", 1, {}, {}, S_IFDIR});
+  by_id_.emplace(kRootInodeId, Inode{root_key_, "", 1, {}, S_IFDIR, false});
   by_key_.emplace(root_key_, kRootInodeId);
 }
 
@@ -87,7 +87,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, const std::s
 InodeId InodeTable::add_node_locked(const Found& found, const std::string& path) {
   const InodeId id = next_id_;
   const auto node =
-      by_id_.emplace(id, Inode{found.key, path, 1, {}, found.version, found.type}).first;
+      by_id_.emplace(id, Inode{found.key, path, 1, found.version, found.type, false}).first;
   try {
     // An older node of the key lives on until the kernel forgets it, but lookups find this one.
     by_key_.insert_or_assign(found.key, id);
@@ -133,9 +133,10 @@ bool InodeTable::note_version(InodeId id, const FileVersion& version) {
   if (it == by_id_.end()) {
     return false;
   }
-  const bool unchanged = it->second.opened == version;
-  it->second.opened = version;
-  it->second.seen = version;
+  Inode& inode = it->second;
+  const bool unchanged = inode.opened && inode.seen == version;
+  inode.opened = true;
+  inode.seen = version;
   return unchanged;
 }
 
