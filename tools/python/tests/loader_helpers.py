@@ -1,5 +1,6 @@
 """Helpers of the tests that run a real DataLoader (import after pytest.importorskip("torch")):
-an ImageFolder whose samples are their paths, and a spy on what the samplers publish."""
+an ImageFolder whose samples are their paths, what a loader read, a stream's figures of an
+epoch, and a spy on what the samplers publish."""
 
 import os
 
@@ -25,6 +26,22 @@ def train_set(mount):
     data = os.path.join(mount.path, "train")
     ds = path_folder(data)
     return data, ds, epochfs.torch.dataset_paths(ds)
+
+
+def loader_paths(loader):
+    """The paths a loader over a :func:`path_folder` read, in order."""
+    out = []
+    for paths, _ in loader:
+        out += list(paths)
+    return out
+
+
+def epoch_record(stream, epoch):
+    """The stream's figures of ``epoch``: current, or finished (once the epoch published
+    ahead of it started)."""
+    if stream["this_epoch"]["epoch"] == epoch:
+        return stream["this_epoch"]
+    return stream["finished_epochs"][str(epoch)]
 
 
 def spy_on_publish(monkeypatch, record=lambda order, kw: (kw["epoch"], order)):

@@ -16,26 +16,12 @@ from torch.utils.data import (  # noqa: E402
 import epochfs  # noqa: E402
 import epochfs.torch  # noqa: E402
 from conftest import Mount, make_images  # noqa: E402
-from loader_helpers import path_folder, spy_on_publish, train_set  # noqa: E402
+from loader_helpers import (  # noqa: E402
+    epoch_record, loader_paths, path_folder, spy_on_publish, train_set)
 
 
 def seeded(dataset, seed=7):
     return RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-
-
-def epoch_record(stream, epoch):
-    """The stream's figures of ``epoch``: current, or finished (once the epoch published
-    ahead of it started)."""
-    if stream["this_epoch"]["epoch"] == epoch:
-        return stream["this_epoch"]
-    return stream["finished_epochs"][str(epoch)]
-
-
-def loader_paths(loader):
-    out = []
-    for paths, _ in loader:
-        out += list(paths)
-    return out
 
 
 def test_the_loader_reads_in_the_published_order_and_epoch_2_hits(mount, monkeypatch):
