@@ -7,8 +7,9 @@ Two lines in a training script::
     loader = DataLoader(dataset, sampler=sampler, num_workers=8, batch_size=256)
 
 or, for distributed training, ``DistributedPublishingSampler(dataset, ...)`` in place of
-``DistributedSampler(dataset, ...)``. The index of a sample is its position in ``paths``;
-the paths are published once as a manifest, and each epoch as indices into it.
+``DistributedSampler(dataset, ...)``, and ``NodeAwareSampler(dataset, ..., ranks_per_node=8)``
+to keep each node on its own part of the dataset. The index of a sample is its position in
+``paths``; the paths are published once as a manifest, and each epoch as indices into it.
 
 Names. Orders and manifests belong to the job of :func:`epochfs.job_id`, computed when the
 sampler is made (in the main process, before DataLoader workers copy it). Within the job,
@@ -37,7 +38,9 @@ while the current one runs, wherever the order is known ahead: always for
 order published ahead is not published again when its epoch starts.
 """
 
+import hashlib
 import itertools
+import math
 import os
 import threading
 import warnings
@@ -46,8 +49,8 @@ import torch.utils.data
 
 import epochfs
 
-__all__ = ["DistributedPublishingSampler", "PublishingBatchSampler", "PublishingSampler",
-           "dataset_paths"]
+__all__ = ["DistributedPublishingSampler", "NodeAwareSampler", "PublishingBatchSampler",
+           "PublishingSampler", "dataset_paths"]
 
 
 def dataset_paths(dataset):
@@ -418,3 +421,190 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
         self._publish_from(self.epoch)
         self._iterated = True
         return iter(self._order(self.epoch))
+
+
+def _generator(*parts):
+    """A ``torch.Generator`` seeded from ``parts``: one independent stream per purpose, epoch
+    and node, the same on every rank (``seed + epoch`` would make the stream of epoch 1 with
+    seed 0 that of epoch 0 with seed 1)."""
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+class _NodeParts:
+    """Which samples each node holds in each epoch, for :class:`NodeAwareSampler`.
+
+    One tensor of every sample index, node k's part at ``[starts[k], starts[k + 1])``; parts
+    have ``size // num_nodes`` samples, the first ``size % num_nodes`` one more, in every
+    epoch. Epoch 0: a seeded permutation of the dataset cut into those parts (with
+    ``shuffle=False``, the indices in order). Epoch e > 0: each node gives away ``moves`` of
+    its samples, drawn at random with the seed and e, to the other nodes in turn (node k's
+    i-th to node (k + 1 + i mod (num_nodes - 1)) mod num_nodes), so each node receives exactly
+    ``moves`` from the others in return. ``moves`` is ``round(exchange * (size // num_nodes))``.
+
+    A step costs a permutation and a stable sort of the whole dataset (about 0.1 s per
+    million samples on one core): every rank computes every node's part, with no
+    communication. The two epochs asked for last are kept (8 bytes per sample each, and 4 for
+    ``node_of``), so that a sampler asking for e and e + 1 each epoch takes one step per
+    epoch; any other epoch is computed from the nearest one before it, from epoch 0 at worst
+    (epoch 89 of 1.28 M samples: about 9 s, once, at a resume).
+    """
+
+    def __init__(self, size, num_nodes, seed, exchange, shuffle):
+        if size < num_nodes:
+            raise ValueError("%d samples cannot fill %d nodes" % (size, num_nodes))
+        self.seed = seed
+        self.shuffle = shuffle
+        sizes = torch.full((num_nodes,), size // num_nodes, dtype=torch.long)
+        sizes[:size % num_nodes] += 1
+        self.starts = [0] + torch.cumsum(sizes, 0).tolist()
+        self.node_of = torch.repeat_interleave(torch.arange(num_nodes, dtype=torch.int32), sizes)
+        self.moves = round(exchange * (size // num_nodes)) if shuffle and num_nodes > 1 else 0
+        self.deal = self._deal(num_nodes, self.moves)
+        self.kept = {}  # epoch: every node's part, see at()
+
+    def part(self, epoch, node):
+        """The samples ``node`` holds in ``epoch``, a tensor in no particular order."""
+        return self.at(epoch)[self.starts[node]:self.starts[node + 1]]
+
+    def at(self, epoch):
+        """Every node's part in ``epoch``: node k's at ``[starts[k], starts[k + 1])``."""
+        if self.moves == 0:
+            epoch = 0
+        start = max((e for e in self.kept if e <= epoch), default=0)
+        members = self.kept[start] if start in self.kept else self._first()
+        for e in range(start + 1, epoch + 1):
+            members = self._step(members, e)
+        # The two epochs asked for last: e and e + 1 while a sampler publishes ahead.
+        self.kept.pop(epoch, None)
+        self.kept[epoch] = members
+        if len(self.kept) > 2:
+            del self.kept[next(iter(self.kept))]
+        return members
+
+    def _first(self):
+        if not self.shuffle:
+            return torch.arange(len(self.node_of))
+        return torch.randperm(len(self.node_of), generator=_generator(self.seed, "parts"))
+
+    def _step(self, members, epoch):
+        """The parts of ``epoch`` from those of ``epoch - 1``."""
+        # A random order within each part: the positions of a random permutation, stably
+        # sorted by part; the first ``moves`` of each part then leave.
+        shuffled = torch.randperm(len(members), generator=_generator(self.seed, "exchange", epoch))
+        by_node = torch.sort(self.node_of[shuffled], stable=True).indices
+        members = members[shuffled[by_node]]
+        leaving = torch.tensor(self.starts[:-1]).unsqueeze(1) + torch.arange(self.moves)
+        members[leaving] = members[leaving].flatten()[self.deal].view(leaving.shape)
+        return members
+
+    @staticmethod
+    def _deal(num_nodes, moves):
+        """Where the samples leaving the nodes go: ``given.flatten()[deal]``, viewed as
+        (num_nodes, moves), is what each node receives, ``moves`` each, none its own."""
+        if moves == 0:
+            return None
+        sender = torch.arange(num_nodes).repeat_interleave(moves)
+        turn = torch.arange(moves).repeat(num_nodes)
+        receiver = (sender + 1 + turn % (num_nodes - 1)) % num_nodes
+        return torch.sort(receiver, stable=True).indices
+
+
+def _ranks_per_node(ranks_per_node):
+    if ranks_per_node is None:
+        # torchrun's processes on this node; every node must run as many.
+        ranks_per_node = os.environ.get("LOCAL_WORLD_SIZE")
+        if ranks_per_node is None:
+            raise ValueError("NodeAwareSampler: give ranks_per_node (LOCAL_WORLD_SIZE is not "
+                             "set)")
+    ranks_per_node = int(ranks_per_node)
+    if ranks_per_node < 1:
+        raise ValueError("ranks_per_node must be at least 1, not %d" % ranks_per_node)
+    return ranks_per_node
+
+
+def _fit(order, length):
+    """``order`` cut to ``length``, or padded to it by repeating it from its start, as
+    ``DistributedSampler`` pads the whole dataset."""
+    if len(order) >= length:
+        return order[:length]
+    return (order * math.ceil(length / len(order)))[:length]
+
+
+class NodeAwareSampler(DistributedPublishingSampler):
+    """``DistributedSampler`` in which the ranks of a node read that node's part of the
+    dataset, so that a node's cache, sized to its part, serves every epoch after the first.
+
+    For jobs over many nodes whose dataset does not fit on one node's disk, or whose shared
+    storage should be read about once (docs/user-guide.md, "Many nodes"). The arguments of
+    ``DistributedSampler``, then:
+
+    - ``ranks_per_node``: ranks (processes) per node, the same on every node; default
+      torchrun's ``LOCAL_WORLD_SIZE``. Rank r is on node ``r // ranks_per_node`` (the
+      ``node`` attribute) of ``num_replicas // ranks_per_node`` (``num_nodes``), as torchrun
+      and Slurm number ranks.
+    - ``exchange``: the fraction of each node's part that moves to other nodes at each new
+      epoch, 0 to 1 (default 0.1). 0: a node keeps its part forever.
+    - ``data_dir``, ``paths``, ``strict``: as for :class:`DistributedPublishingSampler`, and
+      published the same way (epoch 0 when made, e + 1 ahead at ``set_epoch(e)``), each rank
+      its own stream ``<tag>.rank<rank>``.
+
+    What it promises, for a given dataset size, seed, epoch, num_replicas, ranks_per_node,
+    exchange, shuffle and drop_last, on every rank alike and without communication (given the
+    same torch version on every rank, as ``DistributedSampler`` needs too):
+
+    - Each node holds a part of the dataset: ``len(dataset) // num_nodes`` samples, or one
+      more; the parts of one epoch are disjoint and cover the dataset. Size node caches to
+      hold ``(1 + exchange)`` parts: the part, and the samples arriving for the next epoch.
+    - Each epoch the node's part is reshuffled and dealt to its ranks in turn, so that across
+      all ranks an epoch reads every sample once. When ``len(dataset)`` is not a multiple of
+      ``num_replicas``, every rank still gets ``len(self)`` samples, as from
+      ``DistributedSampler``: a node repeats samples of its own part from the start of its
+      order (the same number of repeats in all as ``DistributedSampler``'s padding), or with
+      ``drop_last`` leaves out the end of its order (as many samples in all as it drops).
+    - From epoch e to e + 1, each node gives ``round(exchange * (len(dataset) //
+      num_nodes))`` samples of its part, drawn at random, to the other nodes, spread over
+      them evenly, and receives as many from them.
+    - ``shuffle=False``: the parts are consecutive ranges of indices, never exchanged, read
+      in index order.
+
+    Its orders are not those of ``DistributedSampler`` for the same seed. Computing a new
+    epoch's parts takes about 0.1 s per million samples; see ``_NodeParts``.
+    """
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False, *, ranks_per_node=None, exchange=0.1, data_dir, paths=None,
+                 strict=None):
+        self.ranks_per_node = _ranks_per_node(ranks_per_node)
+        if not 0 <= exchange <= 1:
+            raise ValueError("exchange must be between 0 and 1, not %r" % (exchange,))
+        self.exchange = exchange
+        self._parts = None
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
+                         seed=seed, drop_last=drop_last, data_dir=data_dir, paths=paths,
+                         strict=strict)
+        # Checks the layout off a mount too, where nothing was drawn yet.
+        self._node_parts()
+
+    node = property(lambda self: self.rank // self.ranks_per_node)
+
+    @property
+    def num_nodes(self):
+        if self.num_replicas % self.ranks_per_node:
+            raise ValueError("%d ranks do not make nodes of %d ranks" % (
+                self.num_replicas, self.ranks_per_node))
+        return self.num_replicas // self.ranks_per_node
+
+    def _node_parts(self):
+        if self._parts is None:
+            self._parts = _NodeParts(len(self.dataset), self.num_nodes, self.seed,
+                                     self.exchange, self.shuffle)
+        return self._parts
+
+    def _order(self, epoch):
+        part = self._node_parts().part(epoch, self.node)
+        if self.shuffle:
+            part = part[torch.randperm(len(part), generator=_generator(
+                self.seed, "order", epoch, self.node))]
+        ours = _fit(part.tolist(), self.num_samples * self.ranks_per_node)
+        return ours[self.rank % self.ranks_per_node::self.ranks_per_node]
