@@ -3,15 +3,19 @@
 // full order (two epochs) and its first staged copy, the daemon's memory after each step, the
 // open rate through the mount against the same reads of the source, and the unmount, which
 // deletes a copy of every file.
+#include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tools/cli/mount_table.h"
@@ -83,6 +87,18 @@ double wait_first_staged(const std::string& mnt, Clock::time_point start) {
   return -1;
 }
 
+// Whether dir holds a directory given up for removal (".trash.<name>").
+bool has_trash(const std::string& dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().rfind(".trash.", 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Files and directories left under dir (recursively).
 size_t entries_under(const std::string& dir) {
   std::error_code ec;
@@ -94,6 +110,17 @@ size_t entries_under(const std::string& dir) {
   return n;
 }
 
+// 64 small files beside the dataset, in no order, for the LatencyProbe; their paths.
+std::vector<std::string> probe_files(const std::string& src) {
+  std::filesystem::create_directories(src + "/probe");
+  std::vector<std::string> paths;
+  for (int i = 0; i < 64; ++i) {
+    paths.push_back("probe/p" + std::to_string(i));
+    std::ofstream(src + "/" + paths.back()) << std::string(2048, 'p');
+  }
+  return paths;
+}
+
 std::vector<std::string> in_order(const std::vector<std::string>& paths,
                                   const std::vector<uint32_t>& order) {
   std::vector<std::string> out;
@@ -103,6 +130,41 @@ std::vector<std::string> in_order(const std::vector<std::string>& paths,
   }
   return out;
 }
+
+// Reads a few files through the mount over and over on a thread of its own, keeping the longest
+// read (open to close): what a reader waits while something else holds the daemon up.
+class LatencyProbe {
+ public:
+  LatencyProbe(const std::string& mnt, const std::vector<std::string>& paths)
+      : thread_([this, mnt, paths] { run(mnt, paths); }) {}
+
+  ~LatencyProbe() { stop(); }
+
+  // Stops the thread; the longest read in seconds and the number of reads.
+  std::pair<double, uint64_t> stop() {
+    stop_ = true;
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+    return {longest_s_, reads_};
+  }
+
+ private:
+  void run(const std::string& mnt, const std::vector<std::string>& paths) {
+    std::vector<char> buf;
+    for (size_t i = 0; !stop_; i = (i + 1) % paths.size()) {
+      const auto start = Clock::now();
+      read_whole(mnt + "/" + paths[i], buf);
+      longest_s_ = std::max(longest_s_, seconds_since(start));
+      ++reads_;
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  double longest_s_ = 0;  // the thread's until stop() joins it
+  uint64_t reads_ = 0;
+  std::thread thread_;
+};
 
 class Report {
  public:
@@ -131,10 +193,21 @@ class Report {
 
 // The epochs through the mount: epoch 0 with both orders published, the page cache dropped
 // before each pass (every lookup and open reaches the daemon), epoch 1 once staging is done.
-bool read_epochs(const BenchTreeOptions& o, const std::string& mnt, pid_t pid,
-                 const std::vector<std::string>& paths, Report& r) {
+bool read_epochs(const BenchTreeOptions& o, const std::string& src, const std::string& mnt,
+                 pid_t pid, const std::vector<std::string>& paths, Report& r) {
   const std::vector<std::vector<uint32_t>> orders = {epoch_order(paths.size(), o.seed, 0),
                                                      epoch_order(paths.size(), o.seed, 1)};
+  // The probe's files are in no order (an open of an ordered file would move its stream on),
+  // read once before, so that its reads are hits.
+  const std::vector<std::string> probed = probe_files(src);
+  read_files(mnt, probed, 1);
+  {
+    LatencyProbe before(mnt, probed);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const auto [longest, reads] = before.stop();
+    r.step("probe_longest_read_ms_before", longest * 1e3, "ms");
+  }
+  LatencyProbe probe(mnt, probed);
   const auto start = Clock::now();
   for (size_t e = 0; e < orders.size(); ++e) {
     const auto t = Clock::now();
@@ -144,6 +217,9 @@ bool read_epochs(const BenchTreeOptions& o, const std::string& mnt, pid_t pid,
     r.step("publish_s_epoch_" + std::to_string(e), seconds_since(t), "s");
   }
   r.step("first_staged_s", wait_first_staged(mnt, start), "s");
+  const auto [longest, reads] = probe.stop();
+  r.step("probe_longest_read_ms_publishing", longest * 1e3, "ms");
+  r.step("probe_reads_publishing", static_cast<double>(reads), "");
   auto doc = read_stats(mnt);
   r.step("schedule_entries", stat_number(doc, "prefetch.schedule_entries"), "");
   r.step("schedule_bytes", stat_number(doc, "prefetch.schedule_bytes"), "B");
@@ -179,6 +255,12 @@ bool unmount_timed(const std::string& mnt, const std::string& cache, pid_t pid, 
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   r.step("unmount_mountpoint_free_s", freed ? seconds_since(start) : -1, "s");
+  bool given_up = false;
+  while (!given_up && seconds_since(start) < 120 && ::kill(pid, 0) == 0) {
+    given_up = has_trash(cache);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  r.step("unmount_cache_given_up_s", given_up ? seconds_since(start) : -1, "s");
   const auto cmd_code = wait_exit(cmd, kDaemonExitWait);
   r.step("unmount_command_s", seconds_since(start), "s");
   const auto code = wait_exit(pid, kDaemonExitWait);
@@ -227,7 +309,7 @@ int run_bench_tree(const BenchTreeOptions& o, const std::string& dir) {
   }
   r.step("mount_s", seconds_since(t), "s");
   r.memory("mounted", pid);
-  const bool read_ok = read_epochs(o, mnt, pid, paths.value(), r);
+  const bool read_ok = read_epochs(o, src, mnt, pid, paths.value(), r);
   const bool unmount_ok = read_ok && unmount_timed(mnt, cache, pid, r);
   if (!read_ok || !unmount_ok) {
     stop_mount(mnt, pid, kMountTimeout);
