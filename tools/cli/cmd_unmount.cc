@@ -34,10 +34,10 @@ bool running(pid_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
 }
 
-// Waits for the daemon to exit, or, past kQuickExit, for its cache directory (empty: none)
-// to be gone from its name.
-void wait_for_daemon(pid_t pid, const std::string& cache_dir) {
-  const auto start = std::chrono::steady_clock::now();
+// Waits for the daemon to exit, or, kQuickExit past start, for its cache directory (empty:
+// none) to be gone from its name.
+void wait_for_daemon(pid_t pid, const std::string& cache_dir,
+                     std::chrono::steady_clock::time_point start) {
   while (running(pid)) {
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited >= kQuickExit && !cache_dir.empty() && ::access(cache_dir.c_str(), F_OK) != 0 &&
@@ -71,9 +71,12 @@ int cmd_unmount(const std::string& path, bool lazy) {
   auto stats = read_stats(mountpoint);
   auto pid = stats ? stats->number("pid") : std::nullopt;
   const std::string cache_dir = stats ? stats->values["cache.dir"] : std::string();
+  // From before the unmount: the kernel's part (evicting every inode it holds) is most of it
+  // for a large tree.
+  const auto start = std::chrono::steady_clock::now();
   if (umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) == 0) {
     if (!lazy && pid) {
-      wait_for_daemon(static_cast<pid_t>(*pid), cache_dir);
+      wait_for_daemon(static_cast<pid_t>(*pid), cache_dir, start);
     }
     return 0;
   }
