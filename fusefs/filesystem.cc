@@ -36,7 +36,7 @@ Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
       engine_(source_, std::move(cache), engine_options),
       options_(options),
       local_source_dev_(local_dev(source_, root_st)),
-      inodes_(root_st) {}
+      inodes_(root_st, engine_.registry()) {}
 
 namespace {
 

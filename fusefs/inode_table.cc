@@ -6,40 +6,45 @@ namespace epochfs::fusefs {
 
 using cachestore::MutexLock;
 
-InodeTable::InodeTable(const struct stat& root_st) : root_key_{root_st.st_dev, root_st.st_ino} {
+InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names)
+    : names_(names), root_key_{root_st.st_dev, root_st.st_ino} {
+  const FileId root = names_.id_of("");
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
-  by_id_.emplace(kRootInodeId, Inode{root_key_, "", 1, {}, S_IFDIR, false});
+  by_id_.emplace(kRootInodeId, Inode{root_key_, root, 1, {}, S_IFDIR, false});
   by_key_.emplace(root_key_, kRootInodeId);
 }
 
 InodeId InodeTable::add_reference(const struct stat& st, const std::string& path,
                                   const NamesFile& names_file) {
   const Found found{Key{st.st_dev, st.st_ino}, FileVersion::of(st), st.st_mode & S_IFMT};
-  std::string other;  // the node's other name, to be checked in the source
+  const FileId name = names_.id_of(path);
+  std::optional<FileId> other;  // the node's other name, to be checked in the source
   {
     MutexLock lock(mu_);
-    if (auto id = reuse_locked(found, path, nullptr, &other)) {
+    FileId to_check = kNoName;
+    if (auto id = reuse_locked(found, name, nullptr, &to_check)) {
       return *id;
     }
-    if (other.empty() || !names_file) {
-      return add_node_locked(found, path);
+    if (to_check == kNoName || !names_file) {
+      return add_node_locked(found, name);
     }
+    other = to_check;
   }
   // Only a lookup under a name other than the node's, of an unchanged file, gets here: a hard
   // link, or a file renamed or replaced within one tick of the clock that stamps ctime (a
   // rename changes ctime). Rare, so the stat this costs is too.
-  const bool linked = names_file(other);
+  const bool linked = names_file(names_.path_of(*other));
   MutexLock lock(mu_);
   // The table may have changed meanwhile; if the node was renamed again, a new node is safe.
-  if (auto id = reuse_locked(found, path, linked ? &other : nullptr, nullptr)) {
+  if (auto id = reuse_locked(found, name, linked ? &*other : nullptr, nullptr)) {
     return *id;
   }
-  return add_node_locked(found, path);
+  return add_node_locked(found, name);
 }
 
-std::optional<InodeId> InodeTable::reuse_locked(const Found& found, const std::string& path,
-                                                const std::string* linked, std::string* to_check) {
+std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
+                                                const FileId* linked, FileId* to_check) {
   auto it = by_key_.find(found.key);
   if (it == by_key_.end()) {
     return std::nullopt;
@@ -84,7 +89,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, const std::s
   return id;
 }
 
-InodeId InodeTable::add_node_locked(const Found& found, const std::string& path) {
+InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
   const InodeId id = next_id_;
   const auto node =
       by_id_.emplace(id, Inode{found.key, path, 1, found.version, found.type, false}).first;
@@ -119,12 +124,16 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
 }
 
 std::optional<std::string> InodeTable::path_of(InodeId id) const {
-  MutexLock lock(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) {
-    return std::nullopt;
+  FileId path;
+  {
+    MutexLock lock(mu_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) {
+      return std::nullopt;
+    }
+    path = it->second.path;
   }
-  return it->second.path;
+  return names_.path_of(path);
 }
 
 bool InodeTable::note_version(InodeId id, const FileVersion& version) {

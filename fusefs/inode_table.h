@@ -19,9 +19,12 @@
 // or is renamed: the kernel gives a directory inode one name, and moves it to the new one.
 //
 // We keep a path per entry, not an fd: an fd per inode would hit the 20,000 open-files limit
-// long before a dataset's file count.
+// long before a dataset's file count. The path is an id of the engine's FileRegistry, which
+// keeps each path once (and the cache on keeps them all anyway): 4 bytes a node instead of a
+// string, about 76 less for each of a million inodes the kernel may hold.
 //
-// Thread-safety: all methods lock mu_ for memory work only.
+// Thread-safety: all methods lock mu_ for memory work only, and call the registry (a leaf
+// lock) with mu_ released.
 #pragma once
 
 #include <sys/stat.h>
@@ -34,6 +37,7 @@
 
 #include "cachestore/file_version.h"
 #include "cachestore/sync.h"
+#include "prefetch/file_registry.h"
 
 namespace epochfs::fusefs {
 
@@ -43,11 +47,12 @@ using InodeId = uint64_t;
 inline constexpr InodeId kRootInodeId = 1;
 
 using cachestore::FileVersion;
+using prefetch::FileId;
 
 class InodeTable {
  public:
-  // root_st: the source root's attributes.
-  explicit InodeTable(const struct stat& root_st);
+  // root_st: the source root's attributes; names: where paths are kept (outlives the table).
+  InodeTable(const struct stat& root_st, prefetch::FileRegistry& names);
 
   // Whether another name in the source still leads to the file being added: a hard link.
   // Asks the source; called without the table's lock held.
@@ -98,7 +103,7 @@ class InodeTable {
 
   struct Inode {
     Key key;
-    std::string path;
+    FileId path;  // in names_
     uint64_t nlookup = 0;
     // At the latest lookup or open. A file's node keeps one version (a changed file gets a
     // new node), so the version at its latest open is `seen` once `opened`: 40 bytes less per
@@ -109,6 +114,8 @@ class InodeTable {
   };
 
   // What a lookup found: st's key, version and type.
+  static constexpr FileId kNoName = UINT32_MAX;
+
   struct Found {
     Key key;
     FileVersion version;
@@ -119,13 +126,13 @@ class InodeTable {
   // add_reference); linked: a name of the node that the source confirmed still leads to the
   // file. Otherwise nullopt, and *to_check (if given) is set to the node's other name when
   // confirming it would allow the reuse.
-  std::optional<InodeId> reuse_locked(const Found& found, const std::string& path,
-                                      const std::string* linked, std::string* to_check)
-      REQUIRES(mu_);
+  std::optional<InodeId> reuse_locked(const Found& found, FileId path, const FileId* linked,
+                                      FileId* to_check) REQUIRES(mu_);
 
   // A new node for found at path, which takes found.key over from any older node.
-  InodeId add_node_locked(const Found& found, const std::string& path) REQUIRES(mu_);
+  InodeId add_node_locked(const Found& found, FileId path) REQUIRES(mu_);
 
+  prefetch::FileRegistry& names_;
   mutable cachestore::Mutex mu_;
   std::unordered_map<InodeId, Inode> by_id_ GUARDED_BY(mu_);
   std::unordered_map<Key, InodeId, KeyHash> by_key_ GUARDED_BY(mu_);

@@ -131,6 +131,9 @@ class Engine final : public PrefetchSink {
   // staged.
   void start();
 
+  // The source paths given an id (files_known); the inode table keeps its paths here too.
+  FileRegistry& registry() { return registry_; }
+
   // The mount is gone (its session ended): the cache directory is given up at once, ahead of
   // the teardown (CacheStore::unmounted).
   void unmounted() {

@@ -19,7 +19,8 @@ struct stat make_stat(ino_t ino, dev_t dev = 1) {
 }  // namespace
 
 TEST_CASE("the root is present and never forgotten", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   CHECK(table.size() == 1);
   CHECK(table.path_of(kRootInodeId) == "");
   CHECK(table.forget(kRootInodeId, 100));
@@ -27,7 +28,8 @@ TEST_CASE("the root is present and never forgotten", "[inode_table]") {
 }
 
 TEST_CASE("lookup counts are honoured exactly by forget", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   const InodeId a = table.add_reference(make_stat(10), "a");
   CHECK(table.add_reference(make_stat(10), "a") == a);
   CHECK(table.add_reference(make_stat(10), "a") == a);
@@ -51,7 +53,8 @@ InodeTable::NamesFile names(std::vector<std::string> linked, int* asked = nullpt
 }
 
 TEST_CASE("one file reached by two names shares an entry", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   int asked = 0;
   const InodeId a = table.add_reference(make_stat(10), "dir/a", names({}, &asked));
   CHECK(asked == 0);  // a new node: nothing to check
@@ -67,7 +70,8 @@ TEST_CASE("one file reached by two names shares an entry", "[inode_table]") {
 }
 
 TEST_CASE("ids are not reused while the kernel holds them", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   const InodeId a = table.add_reference(make_stat(10), "a");
   table.forget(a, 1);
   const InodeId b = table.add_reference(make_stat(11), "b");
@@ -76,7 +80,8 @@ TEST_CASE("ids are not reused while the kernel holds them", "[inode_table]") {
 }
 
 TEST_CASE("a million lookups and forgets do not grow the table", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   for (int i = 0; i < 1000000; ++i) {
     const ino_t ino = 100 + static_cast<ino_t>(i % 16);
     const InodeId id = table.add_reference(make_stat(ino), "f" + std::to_string(ino));
@@ -92,7 +97,8 @@ TEST_CASE("a million lookups and forgets do not grow the table", "[inode_table]"
 }
 
 TEST_CASE("note_version says whether the file changed since the last open", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   const InodeId a = table.add_reference(make_stat(10), "a");
   const FileVersion v1{100, 5, 6};
   const FileVersion v2{100, 5, 7};         // same size and mtime, new ctime: touch -r, cp -p
@@ -103,7 +109,8 @@ TEST_CASE("note_version says whether the file changed since the last open", "[in
 }
 
 TEST_CASE("a file changed since it was opened gets a new node", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   struct stat st = make_stat(10);
   st.st_size = 100;
   const InodeId a = table.add_reference(st, "a");
@@ -126,7 +133,8 @@ TEST_CASE("a new file given a deleted file's inode number gets a new node", "[in
   // ext4 and xfs hand a deleted file's number to the next file created. The kernel may still
   // hold the old name's node: were it reused, with its path rewritten, the old name would
   // lead to the new file.
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   struct stat old_file = make_stat(10);
   old_file.st_mode = S_IFREG | 0644;
   old_file.st_size = 1000;
@@ -151,7 +159,8 @@ TEST_CASE("a file found under a name that no longer leads to its node's gets a n
           "[inode_table]") {
   // Renamed, or deleted and its number given to a new file, within one tick of the clock that
   // stamps ctime, so that size, mtime and ctime all match: the old name is asked about.
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   struct stat st = make_stat(10);
   st.st_mode = S_IFREG | 0644;
   const InodeId a = table.add_reference(st, "a", names({}));
@@ -167,7 +176,8 @@ TEST_CASE("a file found under a name that no longer leads to its node's gets a n
 }
 
 TEST_CASE("a file changed since its node saw it gets a new node, opened or not", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   struct stat st = make_stat(10);
   st.st_mode = S_IFREG | 0644;
   st.st_size = 100;
@@ -188,7 +198,8 @@ TEST_CASE("a file changed since its node saw it gets a new node, opened or not",
 
 TEST_CASE("a directory keeps its node as its entries change and when renamed", "[inode_table]") {
   // The kernel gives a directory inode one name: it moves the old name's entry to the new one.
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   struct stat st = make_stat(10);
   st.st_mode = S_IFDIR | 0755;
   st.st_size = 4096;
@@ -205,7 +216,8 @@ TEST_CASE("a directory keeps its node as its entries change and when renamed", "
 
 TEST_CASE("the other name is checked without the lock, and a table changed meanwhile wins",
           "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   const InodeId a = table.add_reference(make_stat(10), "a");
   InodeId during = 0;
   // While "x" waits for its check of "a", the kernel looks up "c" (which takes the key).
@@ -223,7 +235,8 @@ TEST_CASE("the other name is checked without the lock, and a table changed meanw
 }
 
 TEST_CASE("a table the kernel mostly let go of shrinks once per fall", "[inode_table]") {
-  InodeTable table(make_stat(2));
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
   std::vector<InodeId> ids;
   for (ino_t ino = 10; ino < 10010; ++ino) {
     ids.push_back(table.add_reference(make_stat(ino), "f" + std::to_string(ino)));
