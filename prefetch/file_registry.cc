@@ -13,6 +13,15 @@ namespace {
 
 uint64_t hash_of(std::string_view path) { return XXH3_64bits(path.data(), path.size()); }
 
+// The slot comes from the hash's low bits, the tag from its top byte.
+uint8_t tag_of(uint64_t hash) { return static_cast<uint8_t>(hash >> 56); }
+
+// Whether the stored, NUL-terminated path is path (which holds no NUL), reading no further
+// than its terminator.
+bool same_path(const char* stored, std::string_view path) {
+  return strncmp(stored, path.data(), path.size()) == 0 && stored[path.size()] == '\0';
+}
+
 }  // namespace
 
 FileId FileRegistry::id_of(std::string_view path) {
@@ -21,13 +30,15 @@ FileId FileRegistry::id_of(std::string_view path) {
   if (10 * (records_.size() + 1) > 7 * index_.size()) {
     grow_index();
   }
-  const size_t slot = find_slot(path, hash_of(path));
+  const uint64_t hash = hash_of(path);
+  const size_t slot = find_slot(path, hash);
   if (index_[slot] != kEmpty) {
     return index_[slot];
   }
   const auto id = static_cast<FileId>(records_.size());
   records_.push_back(Record{store_path(path), {}, 0, kNoShape});
   index_[slot] = id;
+  tags_[slot] = tag_of(hash);
   return id;
 }
 
@@ -56,9 +67,10 @@ const char* FileRegistry::store_path(std::string_view path) {
 
 size_t FileRegistry::find_slot(std::string_view path, uint64_t hash) const {
   const size_t mask = index_.size() - 1;
+  const uint8_t tag = tag_of(hash);
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
     const FileId id = index_[slot];
-    if (id == kEmpty || std::string_view(records_[id].path) == path) {
+    if (id == kEmpty || (tags_[slot] == tag && same_path(records_[id].path, path))) {
       return slot;
     }
   }
@@ -67,10 +79,14 @@ size_t FileRegistry::find_slot(std::string_view path, uint64_t hash) const {
 void FileRegistry::grow_index() {
   std::vector<FileId> old = std::move(index_);
   index_.assign(std::max<size_t>(1024, 2 * old.size()), kEmpty);
+  tags_.assign(index_.size(), 0);
   for (FileId id : old) {
     if (id != kEmpty) {
       const std::string_view path(records_[id].path);
-      index_[find_slot(path, hash_of(path))] = id;
+      const uint64_t hash = hash_of(path);
+      const size_t slot = find_slot(path, hash);
+      index_[slot] = id;
+      tags_[slot] = tag_of(hash);
     }
   }
 }

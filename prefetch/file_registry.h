@@ -98,6 +98,10 @@ class FileRegistry {
   std::vector<std::unique_ptr<char[]>> arena_ GUARDED_BY(mu_);
   size_t chunk_used_ GUARDED_BY(mu_) = kChunkBytes;  // bytes used in arena_.back()
   std::vector<FileId> index_ GUARDED_BY(mu_);        // size a power of two; kEmpty if free
+  // Per slot of index_: the top byte of its path's hash. A probe compares a path only where
+  // the byte matches: comparing every probed path (two cache misses and a strlen each) was
+  // 57% of the daemon's time publishing an order of 1.28 million paths.
+  std::vector<uint8_t> tags_ GUARDED_BY(mu_);
   std::vector<Shape> shapes_ GUARDED_BY(mu_);
   std::unordered_map<Shape, uint32_t, ShapeHash> shape_ids_ GUARDED_BY(mu_);
 };
