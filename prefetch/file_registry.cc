@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include <xxhash.h>
 
@@ -36,7 +37,7 @@ FileId FileRegistry::id_of(std::string_view path) {
     return index_[slot];
   }
   const auto id = static_cast<FileId>(records_.size());
-  records_.push_back(Record{store_path(path), {}, 0, kNoShape});
+  records_.push_back(Record{store_path(path)});
   index_[slot] = id;
   tags_[slot] = tag_of(hash);
   return id;
@@ -51,18 +52,23 @@ std::optional<FileId> FileRegistry::find(std::string_view path) const {
   return id == kEmpty ? std::nullopt : std::optional<FileId>(id);
 }
 
-const char* FileRegistry::store_path(std::string_view path) {
+uint32_t FileRegistry::store_path(std::string_view path) {
   const size_t need = path.size() + 1;
   if (chunk_used_ + need > kChunkBytes) {
+    if (arena_.size() >= kMaxChunks) {
+      throw std::bad_alloc();
+    }
     // A path longer than a chunk (never from the kernel: PATH_MAX is 4096) gets its own.
     arena_.push_back(std::make_unique<char[]>(std::max(need, kChunkBytes)));
     chunk_used_ = 0;
   }
+  const auto place = static_cast<uint32_t>((arena_.size() - 1) << kChunkBits | chunk_used_);
   char* at = arena_.back().get() + chunk_used_;
   memcpy(at, path.data(), path.size());
   at[path.size()] = '\0';
-  chunk_used_ += need;
-  return at;
+  // A chunk's places are offsets below kChunkBytes: after a longer path, the next starts anew.
+  chunk_used_ = std::min(chunk_used_ + need, kChunkBytes);
+  return place;
 }
 
 size_t FileRegistry::find_slot(std::string_view path, uint64_t hash) const {
@@ -70,7 +76,7 @@ size_t FileRegistry::find_slot(std::string_view path, uint64_t hash) const {
   const uint8_t tag = tag_of(hash);
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
     const FileId id = index_[slot];
-    if (id == kEmpty || (tags_[slot] == tag && same_path(records_[id].path, path))) {
+    if (id == kEmpty || (tags_[slot] == tag && same_path(path_at(records_[id].path), path))) {
       return slot;
     }
   }
@@ -82,7 +88,7 @@ void FileRegistry::grow_index() {
   tags_.assign(index_.size(), 0);
   for (FileId id : old) {
     if (id != kEmpty) {
-      const std::string_view path(records_[id].path);
+      const std::string_view path(path_at(records_[id].path));
       const uint64_t hash = hash_of(path);
       const size_t slot = find_slot(path, hash);
       index_[slot] = id;
@@ -94,14 +100,20 @@ void FileRegistry::grow_index() {
 void FileRegistry::observe(FileId id, const struct stat& st, int64_t now_ns) {
   MutexLock lock(mu_);
   if (id < records_.size()) {
-    records_[id].seen = FileVersion::of(st);
-    records_[id].seen_at_ns = now_ns;
-    records_[id].shape = shape_of(st);
+    const FileVersion v = FileVersion::of(st);
+    Record& r = records_[id];
+    r.size = v.size;
+    r.mtime_ns = v.mtime_ns;
+    r.ctime_ns = v.ctime_ns;
+    r.ino = v.ino;
+    r.seen_at_ns = now_ns;
+    r.shape = shape_of(st);
   }
 }
 
 uint32_t FileRegistry::shape_of(const struct stat& st) {
-  const Shape shape{st.st_mode, st.st_uid, st.st_gid, static_cast<uint32_t>(st.st_nlink)};
+  const Shape shape{st.st_mode, st.st_uid, st.st_gid, static_cast<uint32_t>(st.st_nlink),
+                    static_cast<uint64_t>(st.st_dev)};
   auto [it, added] = shape_ids_.try_emplace(shape, static_cast<uint32_t>(shapes_.size()));
   if (added) {
     shapes_.push_back(shape);
@@ -121,28 +133,29 @@ std::optional<struct stat> FileRegistry::last_observed(FileId id) const {
   st.st_uid = shape.uid;
   st.st_gid = shape.gid;
   st.st_nlink = shape.nlink;
-  st.st_size = r.seen.size;
-  st.st_ino = r.seen.ino;
-  st.st_dev = r.seen.dev;
-  st.st_mtim = {r.seen.mtime_ns / 1000000000, r.seen.mtime_ns % 1000000000};
-  st.st_ctim = {r.seen.ctime_ns / 1000000000, r.seen.ctime_ns % 1000000000};
+  st.st_size = r.size;
+  st.st_ino = r.ino;
+  st.st_dev = shape.dev;
+  st.st_mtim = {r.mtime_ns / 1000000000, r.mtime_ns % 1000000000};
+  st.st_ctim = {r.ctime_ns / 1000000000, r.ctime_ns % 1000000000};
   st.st_atim = st.st_mtim;
   st.st_blksize = 4096;
-  st.st_blocks = (r.seen.size + 511) / 512;
+  st.st_blocks = (r.size + 511) / 512;
   return st;
 }
 
 std::optional<FileVersion> FileRegistry::observed_since(FileId id, int64_t since_ns) const {
   MutexLock lock(mu_);
-  if (id >= records_.size() || !records_[id].seen.valid() || records_[id].seen_at_ns < since_ns) {
+  if (id >= records_.size() || records_[id].shape == kNoShape ||
+      records_[id].seen_at_ns < since_ns) {
     return std::nullopt;
   }
-  return records_[id].seen;
+  return version_of(records_[id]);
 }
 
 std::string FileRegistry::path_of(FileId id) const {
   MutexLock lock(mu_);
-  return id < records_.size() ? std::string(records_[id].path) : std::string();
+  return id < records_.size() ? std::string(path_at(records_[id].path)) : std::string();
 }
 
 size_t FileRegistry::size() const {

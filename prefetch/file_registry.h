@@ -6,11 +6,12 @@
 // from the source, with when they were read: an open within the attribute timeout may trust
 // them instead of asking the source again (one round trip less on network storage).
 //
-// Memory, because a dataset has millions of files (ImageNet: 1.28 M): about 110 bytes per file.
-// Paths are stored once, NUL-terminated, in 1 MiB arena chunks that never move; a record is a
-// pointer into them plus the version and its shape's index (64 bytes); the path -> id index is
-// an open-addressing table of 32-bit ids (linear probing, at most 70% full), so it holds no copy
-// of the path.
+// Memory, because a dataset has millions of files (ImageNet: 1.28 M): under 100 bytes per
+// file. Paths are stored once, NUL-terminated, in 1 MiB arena chunks that never move (at most
+// 4,096 of them: 4 GiB of paths); a record is a 32-bit place in them plus the version without
+// its device and the index of its shape, which holds the device (48 bytes); the path -> id
+// index is an open-addressing table of 32-bit ids (linear probing, at most 70% full), so it
+// holds no copy of the path.
 // `epochfs-lab bench-policy` measures it (docs/benchmarks.md).
 //
 // Thread-safety: all methods lock mu_ (a leaf lock) for memory work only.
@@ -64,31 +65,49 @@ class FileRegistry {
   // stored once and a record holds its index (4 bytes instead of 16).
   struct Shape {
     uint32_t mode, uid, gid, nlink;
+    uint64_t dev;
     bool operator==(const Shape&) const = default;
   };
 
   struct ShapeHash {
     size_t operator()(const Shape& s) const {
-      return std::hash<uint64_t>()((uint64_t{s.mode} << 32 | s.uid) * 31 +
-                                   (uint64_t{s.gid} << 32 | s.nlink));
+      return std::hash<uint64_t>()(
+          ((uint64_t{s.mode} << 32 | s.uid) * 31 + (uint64_t{s.gid} << 32 | s.nlink)) * 31 + s.dev);
     }
   };
 
   static constexpr uint32_t kNoShape = UINT32_MAX;
 
+  // The version last seen, but for its device (in its shape), and when it was seen.
   struct Record {
-    const char* path;  // NUL-terminated, in arena_
-    FileVersion seen;
+    uint32_t path;              // in arena_ (path_at)
+    uint32_t shape = kNoShape;  // index in shapes_; kNoShape: never seen
+    int64_t size = -1;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
+    uint64_t ino = 0;
     int64_t seen_at_ns = 0;
-    uint32_t shape = kNoShape;  // index in shapes_
   };
 
   uint32_t shape_of(const struct stat& st) REQUIRES(mu_);
 
   static constexpr FileId kEmpty = UINT32_MAX;
-  static constexpr size_t kChunkBytes = size_t{1} << 20;
+  static constexpr unsigned kChunkBits = 20;
+  static constexpr size_t kChunkBytes = size_t{1} << kChunkBits;
+  static constexpr size_t kMaxChunks = size_t{1} << (32 - kChunkBits);
 
-  const char* store_path(std::string_view path) REQUIRES(mu_);
+  // Where path now is in arena_; throws std::bad_alloc past 4 GiB of paths.
+  uint32_t store_path(std::string_view path) REQUIRES(mu_);
+
+  const char* path_at(uint32_t place) const REQUIRES(mu_) {
+    return arena_[place >> kChunkBits].get() + (place & (kChunkBytes - 1));
+  }
+
+  FileVersion version_of(const Record& r) const REQUIRES(mu_) {
+    return FileVersion{r.size, r.mtime_ns, r.ctime_ns, r.ino,
+                       r.shape == kNoShape ? 0 : shapes_[r.shape].dev};
+  }
+
   // The slot of path in index_: the one holding its id, or the empty one where it would go.
   size_t find_slot(std::string_view path, uint64_t hash) const REQUIRES(mu_);
   void grow_index() REQUIRES(mu_);
