@@ -66,7 +66,7 @@ void NextUsePolicy::file_key(FileId id) {
     return;
   }
   never_.removed(id);
-  heap_.push(Keyed{key, id, stamp});
+  push(Keyed{key, id, stamp});
   if (heap_.size() > 2 * resident_ + 1024) {
     rebuild_heap();
   }
@@ -74,15 +74,8 @@ void NextUsePolicy::file_key(FileId id) {
 
 // Drops stale entries: each access pushes a new one.
 void NextUsePolicy::rebuild_heap() {
-  std::vector<Keyed> live;
-  while (!heap_.empty()) {
-    const Keyed k = heap_.top();
-    heap_.pop();
-    if (stamp_of(k.id) == k.stamp) {
-      live.push_back(k);
-    }
-  }
-  heap_ = std::priority_queue<Keyed>(std::less<Keyed>(), std::move(live));
+  std::erase_if(heap_, [this](const Keyed& k) { return stamp_of(k.id) != k.stamp; });
+  std::make_heap(heap_.begin(), heap_.end());
 }
 
 void NextUsePolicy::removed(FileId id) {
@@ -112,8 +105,7 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
   }
   std::vector<Keyed> refused;  // pinned: put back afterwards
   while (!heap_.empty() && !victim) {
-    const Keyed top = heap_.top();
-    heap_.pop();
+    const Keyed top = pop();
     if (stamp_of(top.id) != top.stamp) {
       continue;  // stale
     }
@@ -126,7 +118,7 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
       continue;
     }
     if (key < top.key) {
-      heap_.push(Keyed{key, top.id, top.stamp});  // needed sooner than thought: re-rank
+      push(Keyed{key, top.id, top.stamp});  // needed sooner than thought: re-rank
       continue;
     }
     if (can_evict(top.id)) {
@@ -135,7 +127,7 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
     refused.push_back(Keyed{key, top.id, top.stamp});  // stays until removed() says otherwise
   }
   for (const Keyed& k : refused) {
-    heap_.push(k);
+    push(k);
   }
   return victim;
 }
