@@ -43,7 +43,7 @@ import tempfile
 import time
 import warnings
 
-from lab import wait_for
+from lab import Daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_PACKAGE = os.path.join(HERE, "..", "python")
@@ -65,26 +65,6 @@ def make_dataset(root, files, kb, seed):
         size = max(1024, int(rng.lognormvariate(0, 0.3) * kb * 1000 / 1.046))
         with open(os.path.join(folder, "f%06d.bin" % i), "wb") as f:
             f.write(os.urandom(size))
-
-
-class Mount:
-    """A FUSE daemon in the foreground, mounted at mnt until stop()."""
-
-    def __init__(self, argv, mnt):
-        self.mnt = mnt
-        self.proc = subprocess.Popen(argv)
-        if not wait_for(lambda: os.path.ismount(mnt) or self.proc.poll() is not None):
-            raise SystemExit("%s did not mount" % argv[0])
-        if self.proc.poll() is not None:
-            raise SystemExit("%s exited with %d" % (argv[0], self.proc.returncode))
-
-    def stop(self):
-        subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
 
 
 def trainer_main(a):
@@ -199,7 +179,7 @@ def run_one(a, name, dirs):
         argv += ["--lookahead", "0"]
     else:
         argv += ["--data-path", name.split("-", 1)[1]]
-    mount = Mount(argv, mnt)
+    mount = Daemon(argv, mnt)
     try:
         return run_trainer(a, os.path.join(mnt, "train"), publish=name != "lru",
                            daemon_pid=mount.proc.pid)
@@ -246,7 +226,7 @@ def bench_main(a):
     os.makedirs(dirs["shared"], exist_ok=True)
     if not os.path.isdir(os.path.join(dirs["data"], "train")):
         make_dataset(os.path.join(dirs["data"], "train"), a.files, a.kb, a.seed)
-    slowfs = Mount([os.path.join(a.build, "bin", "epochfs-slowfs"), dirs["data"],
+    slowfs = Daemon([os.path.join(a.build, "bin", "epochfs-slowfs"), dirs["data"],
                     dirs["shared"], "--latency-ms", str(a.read_ms), "--open-latency-ms",
                     str(a.open_ms), "--bandwidth-mbs", str(a.mbs)], dirs["shared"])
     results = {}

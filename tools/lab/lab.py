@@ -1,5 +1,8 @@
 """Helpers the lab's benchmark scripts share (standard library only)."""
 
+import json
+import os
+import subprocess
 import time
 
 
@@ -11,3 +14,33 @@ def wait_for(what, timeout=60, period=0.05):
             return True
         time.sleep(period)
     return False
+
+
+def stats(mnt):
+    """The epochfs mount's stats document, parsed."""
+    with open(os.path.join(mnt, ".epochfs", "stats")) as f:
+        return json.load(f)
+
+
+class Daemon:
+    """A FUSE daemon in the foreground, mounted at mnt until stop()."""
+
+    def __init__(self, argv, mnt):
+        self.mnt = mnt
+        os.makedirs(mnt, exist_ok=True)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        if not wait_for(lambda: os.path.ismount(mnt) or self.proc.poll() is not None, 30):
+            self.stop()
+            raise SystemExit("%s did not mount at %s" % (argv[0], mnt))
+        if self.proc.poll() is not None:
+            raise SystemExit("%s exited with %d" % (argv[0], self.proc.returncode))
+
+    def stop(self):
+        subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if os.path.ismount(self.mnt):
+            subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)

@@ -60,13 +60,12 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from lab import wait_for
+from lab import Daemon, stats
 from multinode_model import global_known, node_aware
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,44 +106,15 @@ def make_dataset(work, files, kb, classes, seed):
     return paths, [os.stat(os.path.join(data, p)).st_size for p in paths]
 
 
-class Daemon:
-    """A FUSE daemon in the foreground, mounted at mnt until stop()."""
-
-    def __init__(self, argv, mnt):
-        self.mnt = mnt
-        os.makedirs(mnt, exist_ok=True)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-        if not wait_for(lambda: os.path.ismount(mnt) or self.proc.poll() is not None, 30):
-            self.stop()
-            raise SystemExit("%s did not mount at %s" % (argv[0], mnt))
-        if self.proc.poll() is not None:
-            raise SystemExit("%s exited with %d" % (argv[0], self.proc.returncode))
-
-    def stop(self):
-        subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if os.path.ismount(self.mnt):
-            subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
-
-
 def storage_opens(shared):
     return int(os.getxattr(shared, "user.slowfs.opens"))
-
-
-def mount_stats(mnt):
-    with open(os.path.join(mnt, ".epochfs", "stats")) as f:
-        return json.load(f)
 
 
 def counters(shared, mounts):
     """The figures a row is the difference of: slowfs's opens and the mounts' stats, summed."""
     out = collections.Counter(storage_opens=storage_opens(shared))
     for m in mounts:
-        s = mount_stats(m.mnt)
+        s = stats(m.mnt)
         c = s["cache"]
         out.update(opens=s["opens"], hits=s["hits"], misses=s["misses"],
                    bytes_from_source=s["bytes_from_source"], files_staged=c["files_staged"],

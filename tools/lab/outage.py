@@ -31,12 +31,7 @@ import signal
 import subprocess
 import time
 
-from lab import wait_for
-
-
-def stats(mnt):
-    with open(os.path.join(mnt, ".epochfs", "stats")) as f:
-        return json.load(f)
+from lab import stats, wait_for
 
 
 def start_faultfs(build, data, faulty):
