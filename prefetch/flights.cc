@@ -47,7 +47,7 @@ void Flights::end(FileId id, uint64_t gen) {
     prefetches_ -= it->second.prefetch ? 1 : 0;
     flights_.erase(it);
   }
-  done_.notify_all();
+  done_for(id).notify_all();
 }
 
 void Flights::note_progress(FileId id) {
@@ -74,7 +74,7 @@ Flights::Wait Flights::wait(FileId id, int64_t max_wait_ns, int64_t stuck_ns, ui
         break;
       }
       result = Wait::kEnded;
-      done_.wait_for(poll_);
+      done_for(id).wait_for(poll_);
     }
   }
   *stall_ns += static_cast<uint64_t>(clock_() - start);
