@@ -217,13 +217,24 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
 
 Status CacheStore::create_temp(Staging& s) {
   const DiskWatch::Op op = watch_.begin();
+  const auto create = [&] {
+    s.fd_.reset(
+        ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    return s.fd_.valid();
+  };
+  // The fan-out directory exists for all but a cache's first few hundred copies: asked for
+  // only when the create says it is missing (a mkdir per copy was ~3% of a copy's CPU).
+  if (create()) {
+    return Status::ok();
+  }
+  if (errno != ENOENT) {
+    return Status::error(errno, "create " + s.temp_name_);
+  }
   Status made = dir_->make_parents(s.final_name_);
   if (!made.is_ok()) {
     return made;
   }
-  s.fd_.reset(
-      ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  return s.fd_.valid() ? Status::ok() : Status::error(errno, "create " + s.temp_name_);
+  return create() ? Status::ok() : Status::error(errno, "create " + s.temp_name_);
 }
 
 Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t hash) {
