@@ -19,7 +19,8 @@
 // every copy, prefetch or demand, is registered as a flight, so one file is copied once and
 // readers wait for that copy instead of reading the source a second time. A file the planner
 // passes that is already cached is stat'ed on the stager instead (stat_ahead), so that its
-// lookup answers from fresh attributes (fresh_attributes) without a round trip to the source.
+// lookup (and a stat() of it) answers from fresh attributes (fresh_attributes) without a round
+// trip to the source.
 //
 // Shutdown order: the planner (no more prefetches), the stager (joins its threads, so no copy
 // touches the cache afterwards), the cache store (removes the mount's cache directory), and
@@ -161,8 +162,8 @@ class Engine final : public PrefetchSink {
   cachestore::Result<std::string> read_source(const OpenFile& file, int fd, size_t size, off_t off);
 
   // rel_path's attributes if the engine read them from the source within the attribute
-  // timeout (ever, with --immutable), ahead of the trainer: a lookup may answer from them
-  // instead of asking the source (prefetch/fresh_attrs.h).
+  // timeout (ever, with --immutable), ahead of the trainer: a lookup or getattr may answer
+  // from them instead of asking the source (prefetch/fresh_attrs.h).
   std::optional<struct stat> fresh_attributes(const std::string& rel_path);
 
   // Opens a regular file for reading, from the cache if a valid copy exists.

@@ -5,6 +5,7 @@
 // Assertions are on counts, never on times; every byte read is checked against the source.
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -428,6 +429,30 @@ TEST_CASE("lookups of cached files just ahead of the reader do not wait for the 
   CHECK(stat_of(mount, "lookups_answered_ahead") - answered >= kFiles);
   CHECK(stat_of(mount, "hits") - hits == kFiles);
   CHECK(stat_of(mount, "source_version_checks") == checks);
+}
+
+TEST_CASE("a stat of a cached file just ahead of the reader does not wait for the source",
+          "[mount][prefetch]") {
+  constexpr int kFiles = 50;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 1);
+  Mount mount(slow.path(), dir / "mnt", {"--attr-timeout", "3", "--lookahead", "100"});
+  const Order second = shuffled(0, kFiles, 2);
+  cache_epoch_and_publish_next(mount, dir / "src", shuffled(0, kFiles, 1), second,
+                               std::chrono::seconds(3));
+
+  // AT_STATX_FORCE_SYNC makes the kernel send a GETATTR after the path walk's LOOKUP: both
+  // answered from the attributes read ahead.
+  const double answered = stat_of(mount, "lookups_answered_ahead");
+  for (const int i : second) {
+    struct statx stx {};
+
+    const std::string path = mount / name_of(i);
+    REQUIRE(::statx(AT_FDCWD, path.c_str(), AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &stx) == 0);
+    CHECK(stx.stx_size == std::filesystem::file_size(dir / ("src/" + name_of(i))));
+  }
+  CHECK(stat_of(mount, "lookups_answered_ahead") - answered >= 2 * kFiles);
 }
 
 TEST_CASE("attributes read ahead are not trusted past the attribute timeout", "[mount][prefetch]") {
