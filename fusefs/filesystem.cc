@@ -94,7 +94,7 @@ Result<std::string> Filesystem::path_of(InodeId id) const {
   return std::move(*path);
 }
 
-Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool may_wait) {
+Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool at_hand) {
   if (auto control = control_lookup(parent, name)) {
     return control_entry(*control);
   }
@@ -112,7 +112,10 @@ Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool may
   if (auto fresh = engine_.fresh_attributes(path)) {
     return Entry{inodes_.add_reference(*fresh, path, names_of(engine_, source_, *fresh)), *fresh};
   }
-  auto st = engine_.source_attributes(path, may_wait);
+  if (at_hand) {
+    return Status::error(EAGAIN, path);
+  }
+  auto st = engine_.source_attributes(path);
   if (!st.is_ok()) {
     return st.status();
   }

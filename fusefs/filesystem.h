@@ -118,9 +118,9 @@ class Filesystem {
   void unmounted() { engine_.unmounted(); }
 
   // Looks name up in parent; on success the kernel holds one more reference to the result.
-  // may_wait false: while the source is down, an outage error at once instead of waiting for
-  // it (a listing's entries: the listing can do without their attributes).
-  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name, bool may_wait = true);
+  // at_hand: only from attributes read within the timeout, never a call into the source (a
+  // listing's entries: the listing does without the others' attributes); EAGAIN otherwise.
+  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name, bool at_hand = false);
   void forget(InodeId id, uint64_t n);
   // A batch of forgets is done: when the kernel has let go of most of what it held, returns
   // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).

@@ -1,5 +1,10 @@
 // READDIR and READDIRPLUS: a directory's listing from its DirHandle, the control directory's
-// from its fixed entries; readdirplus looks each entry up, as LOOKUP would.
+// from its fixed entries. Readdirplus gives the attributes (and a node) of entries whose
+// attributes the daemon read within the timeout, and lists the others as readdir does: asking
+// the source for each entry made a listing wait one source round trip per file, while the
+// programs that list datasets (ImageFolder, os.walk, glob) want names only; a program that
+// stats them gets each from a LOOKUP.
+#include <errno.h>
 #include <string.h>
 
 #include <iterator>
@@ -39,10 +44,9 @@ ssize_t add_plus_entry(fuse_req_t req, fuse_ino_t dir, const DirEntry& d, char* 
     e.attr.st_ino = d.ino;
     e.attr.st_mode = static_cast<mode_t>(d.type) << 12;
   } else {
-    auto entry = fs.lookup(dir, d.name, false);
-    if (prefetch::is_outage_error(entry.error_code())) {
-      // The source is down and nothing is known of this entry: listed without a node (as .
-      // and ..); a later lookup of it waits for the source.
+    auto entry = fs.lookup(dir, d.name, true);
+    if (entry.error_code() == EAGAIN) {
+      // Listed without a node (as . and ..): a later lookup asks the source.
       memset(&e, 0, sizeof(e));
       e.attr.st_ino = d.ino;
       e.attr.st_mode = static_cast<mode_t>(d.type) << 12;

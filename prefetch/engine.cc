@@ -107,10 +107,10 @@ std::optional<struct stat> Engine::known_attributes(FileId id) {
   return st;
 }
 
-Result<struct stat> Engine::source_attributes(const std::string& rel_path, bool may_wait) {
+Result<struct stat> Engine::source_attributes(const std::string& rel_path) {
   const auto id = cache_ ? registry_.find(rel_path) : std::nullopt;
   const auto known = id ? known_attributes(*id) : std::nullopt;
-  auto st = guard_.call<struct stat>(rel_path, known.has_value() || !may_wait,
+  auto st = guard_.call<struct stat>(rel_path, known.has_value(),
                                      [this, rel_path] { return source_.stat_at(rel_path); });
   if (known && answer_instead(st.error_code())) {
     guard_.served_known();

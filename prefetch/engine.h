@@ -149,10 +149,7 @@ class Engine final : public PrefetchSink {
   // The source's attributes of rel_path (lstat), through the guard: while the source is down,
   // the attributes last read of a directory, or of a file with a copy of that version, are
   // answered instead (when the mount serves the cache in an outage).
-  // may_wait false: while the source is down, an outage error at once when there is no such
-  // answer, instead of waiting for the source.
-  cachestore::Result<struct stat> source_attributes(const std::string& rel_path,
-                                                    bool may_wait = true);
+  cachestore::Result<struct stat> source_attributes(const std::string& rel_path);
 
   // Calls into the source for a FUSE worker (prefetch/source_guard.h): bounded, interruptible.
   SourceGuard& source_guard() { return guard_; }
