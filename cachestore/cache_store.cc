@@ -19,6 +19,13 @@
 namespace epochfs::cachestore {
 namespace {
 
+// A staging entry's version: only the size is known (the copy's charge) until it is ready.
+FileVersion staging_version(uint64_t size) {
+  FileVersion v;
+  v.size = static_cast<int64_t>(size);
+  return v;
+}
+
 std::string temp_name_for(const std::string& final_name) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return final_name + ".tmp." + std::to_string(rng() % 1000000000);
@@ -142,7 +149,7 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
   for (FileId id : gone) {
     auto it = entries_.find(id);
     if (it != entries_.end() && it->second.state == State::kRemoving) {
-      used_bytes_ -= charge_for(it->second.size);
+      used_bytes_ -= charge_for(it->second.size());
       entries_.erase(it);
     }
   }
@@ -163,7 +170,8 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
-        entries_.emplace(id, Entry{State::kStaging, false, false, 0, size, {}, 0, key});
+        entries_.emplace(id,
+                         Entry{State::kStaging, false, false, 0, staging_version(size), 0, key});
         ++counters_.staging_now;
         return true;
       }
@@ -261,12 +269,12 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   MutexLock lock(mu_);
   Entry& e = entries_.at(staging.id_);
   e.state = State::kReady;
-  staging_bytes_ -= charge_for(e.size);
+  staging_bytes_ -= charge_for(e.size());
   e.version = version;
   e.hash = hash;
   --counters_.staging_now;
   ++counters_.files_staged;
-  counters_.bytes_staged += e.size;
+  counters_.bytes_staged += e.size();
   policy_->inserted(staging.id_);
   return Status::ok();
 }
@@ -283,8 +291,8 @@ void CacheStore::abort(Staging staging, int err) {
   MutexLock lock(mu_);
   auto it = entries_.find(staging.id_);
   if (it != entries_.end() && it->second.state == State::kStaging) {
-    used_bytes_ -= charge_for(it->second.size);
-    staging_bytes_ -= charge_for(it->second.size);
+    used_bytes_ -= charge_for(it->second.size());
+    staging_bytes_ -= charge_for(it->second.size());
     entries_.erase(it);
     --counters_.staging_now;
     ++counters_.staging_aborted;
@@ -336,7 +344,7 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
       ++it->second.pins;
       policy_->accessed(id);
       name = CacheDir::object_name(it->second.key);
-      size = it->second.size;
+      size = it->second.size();
     } else {
       drop_locked(id, false, removals);
     }
@@ -402,7 +410,7 @@ VerifyReport CacheStore::verify_all() {
       }
       ++it->second.pins;  // not evicted while we read it
       name = CacheDir::object_name(it->second.key);
-      size = it->second.size;
+      size = it->second.size();
       expected = it->second.hash;
     }
     UniqueFd fd = open_object(name);

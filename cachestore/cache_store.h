@@ -215,12 +215,15 @@ class CacheStore {
     bool doomed = false;          // remove when the last pin goes
     bool verify_pending = false;  // kept by an earlier mount: check the hash at first open
     uint32_t pins = 0;
-    uint64_t size = 0;  // charged charge_for(size)
+    // Of the copy, once ready; while staging, only its size (the source's at open).
     FileVersion version;
     uint64_t hash = 0;
     // Names the copy (CacheDir::object_name). No path or name is kept: with a million
     // copies, their strings were half of the daemon's memory per cached file.
     ObjectKey key;
+
+    // Charged charge_for(size()).
+    uint64_t size() const { return static_cast<uint64_t>(version.size); }
   };
 
   // A file to unlink once the lock is released, then uncharge.

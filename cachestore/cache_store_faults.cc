@@ -152,7 +152,7 @@ size_t CacheStore::forget_ready_copies() {
       continue;
     }
     policy_->removed(it->first);
-    used_bytes_ -= charge_for(e.size);
+    used_bytes_ -= charge_for(e.size());
     it = entries_.erase(it);
   }
   return lost;

@@ -25,7 +25,7 @@ void CacheStore::save_index() {
     MutexLock lock(mu_);
     for (const auto& [id, e] : entries_) {
       if (e.state == State::kReady && !e.doomed) {
-        ready.emplace_back(id, KeptCopy{"", e.size, e.version, e.hash});
+        ready.emplace_back(id, KeptCopy{"", e.size(), e.version, e.hash});
       }
     }
   }
@@ -81,7 +81,9 @@ void CacheStore::load_index() {
     }
     const std::string name = std::filesystem::relative(it->path(), dir_->path()).string();
     auto w = wanted.find(name);
-    if (w != wanted.end() && it->file_size(ec) == w->second.size) {
+    // A copy of a version has that version's size: an index saying otherwise is damaged.
+    if (w != wanted.end() && it->file_size(ec) == w->second.size &&
+        w->second.version.size == static_cast<int64_t>(w->second.size)) {
       kept_.push_back(std::move(w->second));
       wanted.erase(w);
     } else {
@@ -97,8 +99,7 @@ void CacheStore::adopt(FileId id, const KeptCopy& copy) {
     MutexLock lock(mu_);
     if (entries_.count(id) == 0 && used_bytes_ + charge <= options_.capacity_bytes) {
       used_bytes_ += charge;
-      entries_.emplace(
-          id, Entry{State::kReady, false, true, 0, copy.size, copy.version, copy.hash, key});
+      entries_.emplace(id, Entry{State::kReady, false, true, 0, copy.version, copy.hash, key});
       policy_->inserted(id);
       return;
     }
@@ -119,7 +120,7 @@ bool CacheStore::verify_copy(FileId id, int fd) {
       return true;
     }
     expected = it->second.hash;
-    size = it->second.size;
+    size = it->second.size();
   }
   auto actual = hash_fd(fd, size);
   MutexLock lock(mu_);
