@@ -12,12 +12,14 @@ InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
   by_id_.emplace(kRootInodeId, Inode{root_key_, root, 1, {}, S_IFDIR, false});
+  static_assert(sizeof(Inode) == 56);
   by_key_.emplace(root_key_, kRootInodeId);
 }
 
 InodeId InodeTable::add_reference(const struct stat& st, const std::string& path,
                                   const NamesFile& names_file) {
-  const Found found{Key{st.st_dev, st.st_ino}, FileVersion::of(st), st.st_mode & S_IFMT};
+  const Found found{Key{st.st_dev, st.st_ino}, FileVersion::of(st),
+                    static_cast<uint16_t>(st.st_mode & S_IFMT)};
   const FileId name = names_.id_of(path);
   std::optional<FileId> other;  // the node's other name, to be checked in the source
   {
@@ -53,7 +55,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
   Inode& inode = by_id_.at(id);
   if (id == kRootInodeId) {
     // The root reached again through a bind mount inside the source: its path stays "".
-    ++inode.nlookup;
+    add_one(inode);
     return id;
   }
   if (inode.type != found.type) {
@@ -64,9 +66,9 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
     // its cached subtree, and the working directories in it. Found under another name, it was
     // renamed (or is another directory with a reused number): the kernel keeps one name per
     // directory inode and moves its entry to the new name, so the old name cannot lead here.
-    ++inode.nlookup;
+    add_one(inode);
     inode.path = path;
-    inode.seen = found.version;
+    inode.seen = stamp_of(found.version);
     return id;
   }
   // A file that changed since the node saw it gets a new node: the kernel starts a new inode,
@@ -74,7 +76,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
   // led to it). Under another name, only a hard link (the node's name still leads to the file)
   // shares the node; a file can have several names in the kernel, so a renamed file, or a new
   // file with a deleted one's number, gets a new node and the old name keeps the old path.
-  if (inode.seen != found.version) {
+  if (!inode.saw(found.version)) {
     return std::nullopt;
   }
   if (inode.path != path && (linked == nullptr || *linked != inode.path)) {
@@ -83,16 +85,17 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
     }
     return std::nullopt;
   }
-  ++inode.nlookup;
+  add_one(inode);
   inode.path = path;
-  inode.seen = found.version;
+  inode.seen = stamp_of(found.version);
   return id;
 }
 
 InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
   const InodeId id = next_id_;
   const auto node =
-      by_id_.emplace(id, Inode{found.key, path, 1, found.version, found.type, false}).first;
+      by_id_.emplace(id, Inode{found.key, path, 1, stamp_of(found.version), found.type, false})
+          .first;
   try {
     // An older node of the key lives on until the kernel forgets it, but lookups find this one.
     by_key_.insert_or_assign(found.key, id);
@@ -112,7 +115,9 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
     return false;
   }
   Inode& inode = it->second;
-  inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - n;
+  if (inode.nlookup != UINT32_MAX) {
+    inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - static_cast<uint32_t>(n);
+  }
   if (inode.nlookup == 0 && id != kRootInodeId) {
     auto current = by_key_.find(inode.key);
     if (current != by_key_.end() && current->second == id) {
@@ -143,9 +148,11 @@ bool InodeTable::note_version(InodeId id, const FileVersion& version) {
     return false;
   }
   Inode& inode = it->second;
-  const bool unchanged = inode.opened && inode.seen == version;
+  // An open that found another file (the key differs) counts as a change, now and at the next
+  // open: the kernel drops pages it need not have, never keeps ones it should drop.
+  const bool unchanged = inode.opened && inode.saw(version);
   inode.opened = true;
-  inode.seen = version;
+  inode.see(version);
   return unchanged;
 }
 

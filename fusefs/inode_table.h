@@ -101,17 +101,47 @@ class InodeTable {
     size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.dev); }
   };
 
+  // The part of a version that is not the key: with the key, a whole version.
+  struct Stamp {
+    int64_t size = -1;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+
+  // 56 bytes: a million of them is what the kernel may hold after one epoch of ImageNet.
   struct Inode {
     Key key;
     FileId path;  // in names_
-    uint64_t nlookup = 0;
-    // At the latest lookup or open. A file's node keeps one version (a changed file gets a
-    // new node), so the version at its latest open is `seen` once `opened`: 40 bytes less per
-    // node than keeping both.
-    FileVersion seen;
-    mode_t type = 0;  // st_mode & S_IFMT
+    // The kernel's references; one that reaches UINT32_MAX stays there (the node is kept for
+    // good rather than dropped while the kernel may still hold it).
+    uint32_t nlookup = 0;
+    // At the latest lookup or open, with the key. A file's node keeps one version (a changed
+    // file gets a new node), so the version at its latest open is `seen` once `opened`.
+    Stamp seen;
+    uint16_t type = 0;  // st_mode & S_IFMT
     bool opened = false;
+
+    // Whether v is the version this node last saw.
+    bool saw(const FileVersion& v) const { return holds(v) && seen == stamp_of(v); }
+
+    // Records v as seen. Another file than the node's (an open that found the name replaced
+    // since its lookup) is recorded as a stamp no version has, so that no later lookup or open
+    // takes the node, or the pages the kernel read for it, as that of an unchanged file.
+    void see(const FileVersion& v) { seen = holds(v) ? stamp_of(v) : kAnotherFile; }
+
+    bool holds(const FileVersion& v) const { return key == Key{static_cast<dev_t>(v.dev), v.ino}; }
   };
+
+  static Stamp stamp_of(const FileVersion& v) { return Stamp{v.size, v.mtime_ns, v.ctime_ns}; }
+
+  static constexpr Stamp kAnotherFile{-2, 0, 0};
+
+  static void add_one(Inode& inode) {
+    if (inode.nlookup != UINT32_MAX) {
+      ++inode.nlookup;
+    }
+  }
 
   // What a lookup found: st's key, version and type.
   static constexpr FileId kNoName = UINT32_MAX;
@@ -119,7 +149,7 @@ class InodeTable {
   struct Found {
     Key key;
     FileVersion version;
-    mode_t type;
+    uint16_t type;
   };
 
   // Takes one more reference on the node that holds found.key, if it may serve path (see

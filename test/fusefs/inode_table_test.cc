@@ -100,12 +100,22 @@ TEST_CASE("note_version says whether the file changed since the last open", "[in
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
   const InodeId a = table.add_reference(make_stat(10), "a");
-  const FileVersion v1{100, 5, 6};
-  const FileVersion v2{100, 5, 7};         // same size and mtime, new ctime: touch -r, cp -p
+  const FileVersion v1{100, 5, 6, 10, 1};
+  const FileVersion v2{100, 5, 7, 10, 1};  // same size and mtime, new ctime: touch -r, cp -p
   CHECK_FALSE(table.note_version(a, v1));  // first open: nothing cached to keep
   CHECK(table.note_version(a, v1));
   CHECK_FALSE(table.note_version(a, v2));
   CHECK(table.note_version(a, v2));
+  // The name opened another file (replaced between lookup and open): a change, every time,
+  // and the node is not taken again for its own file even with the very same size and times.
+  const FileVersion other{100, 5, 7, 11, 1};
+  CHECK_FALSE(table.note_version(a, other));
+  CHECK_FALSE(table.note_version(a, other));
+  struct stat same = make_stat(10);
+  same.st_size = 100;
+  same.st_mtim = {0, 5};
+  same.st_ctim = {0, 7};
+  CHECK(table.add_reference(same, "a") != a);
 }
 
 TEST_CASE("a file changed since it was opened gets a new node", "[inode_table]") {
