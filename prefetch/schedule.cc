@@ -161,13 +161,13 @@ void Schedule::link_epoch(Epoch& e) {
     slot.link &= kConsumed;
     Links& l = links_[slot.file];
     const uint64_t gid = e.gid + i;
-    if (l.last == kNoGid) {
-      l.first = gid;
+    if (l.last == kNoLink) {
+      l.first = link_of(gid);
     } else {
       const Place prev = place_of(l.last);
       prev.epoch->slots[prev.index].link |= static_cast<uint32_t>(gid - l.last);
     }
-    l.last = gid;
+    l.last = link_of(gid);
   }
 }
 
@@ -219,7 +219,7 @@ std::optional<Schedule::Match> Schedule::on_open(FileId file, std::optional<uint
   // (the usual case), at the start of a next epoch, or in a current epoch far from the head.
   std::optional<Place> near, next_start, far;
   uint64_t near_distance = kNever;
-  for (uint64_t gid = links_[file].first; gid != kNoGid;) {
+  for (uint64_t gid = gid_of(links_[file].first); gid != kNoGid;) {
     const Place p = place_of(gid);
     const Slot& slot = p.epoch->slots[p.index];
     gid = next_gid(gid, slot);
@@ -319,15 +319,15 @@ uint64_t Schedule::next_use(FileId file) {
   Links& l = links_[file];
   uint64_t best = kNever;
   const int64_t shift = mean_head();
-  for (uint64_t gid = l.first; gid != kNoGid;) {
+  for (uint64_t gid = gid_of(l.first); gid != kNoGid;) {
     const Place p = place_of(gid);
     const Slot& slot = p.epoch->slots[p.index];
     const uint64_t next = next_gid(gid, slot);
     if ((slot.link & kConsumed) != 0) {
-      if (gid == l.first) {
-        l.first = next;  // consumed occurrences at the front of the chain are done with
+      if (gid == gid_of(l.first)) {
+        l.first = link_of(next);  // consumed occurrences at the front of the chain are done with
         if (next == kNoGid) {
-          l.last = kNoGid;
+          l.last = kNoLink;
         }
       }
       gid = next;

@@ -21,7 +21,7 @@
 // consumed stays the same as the trainer advances (for one stream it is simply the timeline
 // position). Eviction compares these values; kNever means no known next use.
 //
-// Memory: 8 bytes per entry (file id, link) and 16 per file (first and last occurrence).
+// Memory: 8 bytes per entry (file id, link) and 8 per file (first and last occurrence).
 //
 // Thread-safety: none. The Planner owns it under its lock.
 #pragma once
@@ -157,10 +157,21 @@ class Schedule {
     std::optional<uint32_t> owner;        // whose opens advance it; nullopt: anyone's
   };
 
+  // Gids as 32 bits: live gids are dense (relink_all renumbers them whenever an epoch leaves
+  // or is replaced, and new epochs follow on), so they stay below entries_held_ <= kMaxEntries.
   struct Links {
-    uint64_t first = kNoGid;
-    uint64_t last = kNoGid;
+    uint32_t first = kNoLink;
+    uint32_t last = kNoLink;
   };
+
+  static constexpr uint32_t kNoLink = UINT32_MAX;
+  static_assert(kMaxEntries < kNoLink);
+
+  static uint64_t gid_of(uint32_t link) { return link == kNoLink ? kNoGid : link; }
+
+  static uint32_t link_of(uint64_t gid) {
+    return gid == kNoGid ? kNoLink : static_cast<uint32_t>(gid);
+  }
 
   struct Place {
     Epoch* epoch;

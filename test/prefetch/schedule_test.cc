@@ -594,7 +594,7 @@ TEST_CASE("with two streams next_use is the minimum over streams", "[schedule]")
   CHECK(t.view(1).position == 2);
 }
 
-TEST_CASE("the schedule holds about 8 bytes per entry and 16 per file", "[schedule]") {
+TEST_CASE("the schedule holds about 8 bytes per entry and 8 per file", "[schedule]") {
   constexpr size_t kFiles = 100000;
   // Ids in order of first appearance (how the registry numbers a first order), and shuffled.
   for (const bool in_order : {false, true}) {
@@ -604,18 +604,18 @@ TEST_CASE("the schedule holds about 8 bytes per entry and 16 per file", "[schedu
     publish(s, "a", std::nullopt, files);
     CHECK(s.entries_held() == kFiles);
     CHECK(s.files_tracked() == kFiles);
-    const uint64_t model = 8 * s.entries_held() + 16 * s.files_tracked();
+    const uint64_t model = 8 * s.entries_held() + 8 * s.files_tracked();
     const uint64_t slack = model / 100 + 4096;
     CHECK(s.memory_bytes() >= model);
     CHECK(s.memory_bytes() <= model + slack);
 
     publish(s, "a", std::nullopt, shuffled(range(0, kFiles), 4));
     CHECK(s.entries_held() == 2 * kFiles);
-    CHECK(s.memory_bytes() <= 8 * s.entries_held() + 16 * s.files_tracked() + slack);
+    CHECK(s.memory_bytes() <= 8 * s.entries_held() + 8 * s.files_tracked() + slack);
     // Retiring an epoch gives its entries back.
     open_all(s, files);
     CHECK(s.entries_held() == kFiles);
-    CHECK(s.memory_bytes() <= 8 * s.entries_held() + 16 * s.files_tracked() + slack);
+    CHECK(s.memory_bytes() <= 8 * s.entries_held() + 8 * s.files_tracked() + slack);
   }
 }
 

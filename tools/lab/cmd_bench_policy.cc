@@ -117,10 +117,10 @@ void print_memory(size_t files) {
          static_cast<double>(after_registry - before) / n);
   printf(
       "  schedule: %.1f MB on the heap for %zu entries and %zu files "
-      "(model: 8 bytes per entry + 16 per file = %.1f MB)\n",
+      "(model: 8 bytes per entry + 8 per file = %.1f MB)\n",
       static_cast<double>(after_schedule - after_registry) / 1e6,
       static_cast<size_t>(schedule->entries_held()), schedule->files_tracked(),
-      static_cast<double>(8 * schedule->entries_held() + 16 * schedule->files_tracked()) / 1e6);
+      static_cast<double>(8 * schedule->entries_held() + 8 * schedule->files_tracked()) / 1e6);
 }
 
 // The longest single call into the next-use policy while `files` resident copies are each hit
