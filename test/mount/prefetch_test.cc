@@ -410,49 +410,51 @@ void cache_epoch_and_publish_next(const Mount& mount, const std::string& src, co
   wait_stats_ahead(mount, static_cast<double>(second.size()));
 }
 
+// A mount over a slowed source whose files were all read once (cached), with the next epoch
+// published and its files stat'ed ahead of the reader, within a 3 s attribute timeout.
+struct StatedAhead {
+  static constexpr int kFiles = 100;
+  TempDir dir;
+  SlowSource slow{with_files(dir / "src"), dir / "slow", 1};
+  Mount mount{slow.path(), dir / "mnt", {"--attr-timeout", "3", "--lookahead", "100"}};
+  const Order second = shuffled(0, kFiles, 2);
+
+  StatedAhead() {
+    cache_epoch_and_publish_next(mount, dir / "src", shuffled(0, kFiles, 1), second,
+                                 std::chrono::seconds(3));
+  }
+
+  static std::string with_files(const std::string& src) {
+    make_files(src, kFiles);
+    return src;
+  }
+};
+
 TEST_CASE("lookups of cached files just ahead of the reader do not wait for the source",
           "[mount][prefetch]") {
-  constexpr int kFiles = 100;
-  TempDir dir;
-  make_files(dir / "src", kFiles);
-  SlowSource slow(dir / "src", dir / "slow", 1);
-  // 3 s: the reads below follow the stats ahead well within it.
-  Mount mount(slow.path(), dir / "mnt", {"--attr-timeout", "3", "--lookahead", "100"});
-  const Order second = shuffled(0, kFiles, 2);
-  cache_epoch_and_publish_next(mount, dir / "src", shuffled(0, kFiles, 1), second,
-                               std::chrono::seconds(3));
-
-  const double answered = stat_of(mount, "lookups_answered_ahead");
-  const double checks = stat_of(mount, "source_version_checks");
-  const double hits = stat_of(mount, "hits");
-  CHECK(read_order(mount, dir / "src", second, 2, {}) == 0);
-  CHECK(stat_of(mount, "lookups_answered_ahead") - answered >= kFiles);
-  CHECK(stat_of(mount, "hits") - hits == kFiles);
-  CHECK(stat_of(mount, "source_version_checks") == checks);
+  StatedAhead t;
+  const double answered = stat_of(t.mount, "lookups_answered_ahead");
+  const double checks = stat_of(t.mount, "source_version_checks");
+  const double hits = stat_of(t.mount, "hits");
+  CHECK(read_order(t.mount, t.dir / "src", t.second, 2, {}) == 0);
+  CHECK(stat_of(t.mount, "lookups_answered_ahead") - answered >= StatedAhead::kFiles);
+  CHECK(stat_of(t.mount, "hits") - hits == StatedAhead::kFiles);
+  CHECK(stat_of(t.mount, "source_version_checks") == checks);
 }
 
 TEST_CASE("a stat of a cached file just ahead of the reader does not wait for the source",
           "[mount][prefetch]") {
-  constexpr int kFiles = 50;
-  TempDir dir;
-  make_files(dir / "src", kFiles);
-  SlowSource slow(dir / "src", dir / "slow", 1);
-  Mount mount(slow.path(), dir / "mnt", {"--attr-timeout", "3", "--lookahead", "100"});
-  const Order second = shuffled(0, kFiles, 2);
-  cache_epoch_and_publish_next(mount, dir / "src", shuffled(0, kFiles, 1), second,
-                               std::chrono::seconds(3));
-
+  StatedAhead t;
   // AT_STATX_FORCE_SYNC makes the kernel send a GETATTR after the path walk's LOOKUP: both
   // answered from the attributes read ahead.
-  const double answered = stat_of(mount, "lookups_answered_ahead");
-  for (const int i : second) {
-    struct statx stx {};
-
-    const std::string path = mount / name_of(i);
+  const double answered = stat_of(t.mount, "lookups_answered_ahead");
+  for (const int i : t.second) {
+    struct statx stx = {};
+    const std::string path = t.mount / name_of(i);
     REQUIRE(::statx(AT_FDCWD, path.c_str(), AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &stx) == 0);
-    CHECK(stx.stx_size == std::filesystem::file_size(dir / ("src/" + name_of(i))));
+    CHECK(stx.stx_size == std::filesystem::file_size(t.dir / ("src/" + name_of(i))));
   }
-  CHECK(stat_of(mount, "lookups_answered_ahead") - answered >= 2 * kFiles);
+  CHECK(stat_of(t.mount, "lookups_answered_ahead") - answered >= 2 * StatedAhead::kFiles);
 }
 
 TEST_CASE("attributes read ahead are not trusted past the attribute timeout", "[mount][prefetch]") {
