@@ -90,10 +90,29 @@ std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publis
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
-  // Directories too: their attributes are answered from here while the source is down.
+  // Directories too: their attributes are answered from the registry while the source is down.
   if (cache_ && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
-    registry_.observe(registry_.id_of(rel_path), st, now_ns());
+    note_attributes(registry_.id_of(rel_path), st, now_ns());
   }
+}
+
+void Engine::note_attributes(FileId id, const struct stat& st, int64_t read_at_ns) {
+  registry_.observe(id, st);
+  if (S_ISREG(st.st_mode)) {
+    fresh_.put(id, st, read_at_ns);
+  }
+}
+
+std::optional<FileVersion> Engine::trusted_version(FileId id) {
+  if (auto st = fresh_.get(id, trusted_since_ns())) {
+    return FileVersion::of(*st);
+  }
+  if (options_.immutable) {
+    if (auto st = registry_.last_observed(id)) {
+      return FileVersion::of(*st);
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<struct stat> Engine::known_attributes(FileId id) {
@@ -140,7 +159,7 @@ std::optional<struct stat> Engine::fresh_attributes(const std::string& rel_path)
 }
 
 Result<FileVersion> Engine::current_version(FileId id, const std::string& rel_path) {
-  if (auto seen = registry_.observed_since(id, trusted_since_ns())) {
+  if (auto seen = trusted_version(id)) {
     return *seen;
   }
   source_stats_.fetch_add(1, kRelaxed);
@@ -154,7 +173,7 @@ Result<FileVersion> Engine::current_version(FileId id, const std::string& rel_pa
   if (!st.is_ok()) {
     return st.status();
   }
-  registry_.observe(id, st.value(), now_ns());
+  note_attributes(id, st.value(), now_ns());
   return FileVersion::of(st.value());
 }
 
@@ -199,8 +218,7 @@ Result<OpenFile> Engine::open_source(FileId id, const std::string& rel_path, boo
   OpenFile file{std::move(opened.value().fd), FileVersion::of(st), id, false};
   if (cache_) {
     const int64_t now = now_ns();
-    registry_.observe(id, st, now);
-    fresh_.put(id, st, now);
+    note_attributes(id, st, now);
   }
   return file;
 }

@@ -228,6 +228,11 @@ class Engine final : public PrefetchSink {
   bool fresh_for_open(FileId id);
   // The oldest read of the source an open or lookup trusts now.
   int64_t trusted_since_ns() const;
+  // Attributes of id read from the source at read_at_ns: kept in the registry (outages,
+  // --immutable) and, for a file, among the fresh ones (opens and lookups within the timeout).
+  void note_attributes(FileId id, const struct stat& st, int64_t read_at_ns);
+  // The version an open of id may trust without asking the source, if any.
+  std::optional<cachestore::FileVersion> trusted_version(FileId id);
   void count_open(const OpenFile& file, const OpenOutcome& outcome);
   // A copy ended (made or not) latency_ns after it began: the histogram and the planner.
   void copy_finished(int64_t latency_ns, uint64_t bytes);

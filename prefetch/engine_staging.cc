@@ -112,8 +112,7 @@ void Engine::drain_stats_ahead() {
         guard_.note(st.status(), path);
         continue;  // the lookup asks the source itself and reports what it finds
       }
-      registry_.observe(id, st.value(), asked_at);
-      fresh_.put(id, st.value(), asked_at);
+      note_attributes(id, st.value(), asked_at);
       stats_ahead_.fetch_add(1, kRelaxed);
     }
   }

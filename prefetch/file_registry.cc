@@ -97,7 +97,7 @@ void FileRegistry::grow_index() {
   }
 }
 
-void FileRegistry::observe(FileId id, const struct stat& st, int64_t now_ns) {
+void FileRegistry::observe(FileId id, const struct stat& st) {
   MutexLock lock(mu_);
   if (id < records_.size()) {
     const FileVersion v = FileVersion::of(st);
@@ -106,7 +106,6 @@ void FileRegistry::observe(FileId id, const struct stat& st, int64_t now_ns) {
     r.mtime_ns = v.mtime_ns;
     r.ctime_ns = v.ctime_ns;
     r.ino = v.ino;
-    r.seen_at_ns = now_ns;
     r.shape = shape_of(st);
   }
 }
@@ -142,15 +141,6 @@ std::optional<struct stat> FileRegistry::last_observed(FileId id) const {
   st.st_blksize = 4096;
   st.st_blocks = (r.size + 511) / 512;
   return st;
-}
-
-std::optional<FileVersion> FileRegistry::observed_since(FileId id, int64_t since_ns) const {
-  MutexLock lock(mu_);
-  if (id >= records_.size() || records_[id].shape == kNoShape ||
-      records_[id].seen_at_ns < since_ns) {
-    return std::nullopt;
-  }
-  return version_of(records_[id]);
 }
 
 std::string FileRegistry::path_of(FileId id) const {

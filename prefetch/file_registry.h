@@ -3,13 +3,14 @@
 // Owner: the Engine. Every file the mount opens or looks up, and every path a published order
 // names, gets a FileId for the life of the mount (ids are never reused, so the cache index and
 // the schedule use them as array indices). The registry also remembers the attributes last read
-// from the source, with when they were read: an open within the attribute timeout may trust
-// them instead of asking the source again (one round trip less on network storage).
+// from the source, however long ago: what the mount answers while the source is down, and what
+// an open trusts with --immutable. When recent ones were read is FreshAttrs' business
+// (prefetch/fresh_attrs.h): only the files about to be opened need it.
 //
 // Memory, because a dataset has millions of files (ImageNet: 1.28 M): under 100 bytes per
 // file. Paths are stored once, NUL-terminated, in 1 MiB arena chunks that never move (at most
 // 4,096 of them: 4 GiB of paths); a record is a 32-bit place in them plus the version without
-// its device and the index of its shape, which holds the device (48 bytes); the path -> id
+// its device and the index of its shape, which holds the device (40 bytes); the path -> id
 // index is an open-addressing table of 32-bit ids (linear probing, at most 70% full), so it
 // holds no copy of the path.
 // `epochfs-lab bench-policy` measures it (docs/benchmarks.md).
@@ -45,11 +46,8 @@ class FileRegistry {
   std::optional<FileId> find(std::string_view path) const;
 
   // Records id's attributes (its version, and what a stat says beyond it) read from the
-  // source at now_ns.
-  void observe(FileId id, const struct stat& st, int64_t now_ns);
-
-  // The version observed at or after since_ns, if any.
-  std::optional<FileVersion> observed_since(FileId id, int64_t since_ns) const;
+  // source.
+  void observe(FileId id, const struct stat& st);
 
   // id's attributes as last observed, however long ago: what the mount answers while the
   // source is down. Times other than mtime and ctime, and the block counts, are made up.
@@ -78,7 +76,7 @@ class FileRegistry {
 
   static constexpr uint32_t kNoShape = UINT32_MAX;
 
-  // The version last seen, but for its device (in its shape), and when it was seen.
+  // The version last seen, but for its device (in its shape).
   struct Record {
     uint32_t path;              // in arena_ (path_at)
     uint32_t shape = kNoShape;  // index in shapes_; kNoShape: never seen
@@ -86,7 +84,6 @@ class FileRegistry {
     int64_t mtime_ns = 0;
     int64_t ctime_ns = 0;
     uint64_t ino = 0;
-    int64_t seen_at_ns = 0;
   };
 
   uint32_t shape_of(const struct stat& st) REQUIRES(mu_);
@@ -101,11 +98,6 @@ class FileRegistry {
 
   const char* path_at(uint32_t place) const REQUIRES(mu_) {
     return arena_[place >> kChunkBits].get() + (place & (kChunkBytes - 1));
-  }
-
-  FileVersion version_of(const Record& r) const REQUIRES(mu_) {
-    return FileVersion{r.size, r.mtime_ns, r.ctime_ns, r.ino,
-                       r.shape == kNoShape ? 0 : shapes_[r.shape].dev};
   }
 
   // The slot of path in index_: the one holding its id, or the empty one where it would go.

@@ -41,18 +41,6 @@ TEST_CASE("paths of any length are kept whole", "[registry]") {
   CHECK(r.path_of(r.id_of("after")) == "after");
 }
 
-TEST_CASE("observed versions are trusted only since the given time", "[registry]") {
-  FileRegistry r;
-  const FileId id = r.id_of("f");
-  CHECK_FALSE(r.observed_since(id, 0).has_value());
-  struct stat st = {};
-  st.st_mode = S_IFREG | 0644;
-  st.st_size = 10;
-  r.observe(id, st, 100);
-  CHECK(r.observed_since(id, 100) == FileVersion::of(st));
-  CHECK_FALSE(r.observed_since(id, 101).has_value());
-}
-
 TEST_CASE("the last observed attributes are kept, however old", "[registry]") {
   FileRegistry r;
   const FileId a = r.id_of("a");
@@ -67,9 +55,9 @@ TEST_CASE("the last observed attributes are kept, however old", "[registry]") {
   st.st_ino = 77;
   st.st_mtim = {1700000000, 5};
   st.st_ctim = {1700000001, 6};
-  r.observe(a, st, 100);
+  r.observe(a, st);
   st.st_size = 456;  // same shape: shared, not stored twice
-  r.observe(b, st, 100);
+  r.observe(b, st);
   auto got = r.last_observed(a);
   REQUIRE(got.has_value());
   CHECK(got->st_mode == (S_IFREG | 0640));
