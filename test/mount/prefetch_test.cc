@@ -457,6 +457,26 @@ TEST_CASE("a stat of a cached file just ahead of the reader does not wait for th
   CHECK(stat_of(t.mount, "lookups_answered_ahead") - answered >= 2 * StatedAhead::kFiles);
 }
 
+TEST_CASE("a listing asks the source for no entry's attributes", "[mount][prefetch]") {
+  constexpr int kFiles = 40;
+  TempDir dir;
+  make_files(dir / "src", kFiles);
+  SlowSource slow(dir / "src", dir / "slow", 1);
+  Mount mount(slow.path(), dir / "mnt", {});
+  // The kernel lists with readdirplus: an entry answered with attributes gets a node. None of
+  // these files was read, so none has attributes at hand, and the listing names them only.
+  const double inodes = stat_of(mount, "inodes");
+  int listed = 0;
+  for (int d = 0; d < 8; ++d) {
+    for (const auto& e : fs::directory_iterator(mount / ("d" + std::to_string(d)))) {
+      listed += e.is_regular_file() ? 1 : 0;  // d_type, no stat
+    }
+  }
+  CHECK(listed == kFiles);
+  CHECK(stat_of(mount, "inodes") - inodes <= 8);  // the directories walked to, no file
+  CHECK(fs::file_size(mount / name_of(3)) == fs::file_size(dir / ("src/" + name_of(3))));
+}
+
 TEST_CASE("attributes read ahead are not trusted past the attribute timeout", "[mount][prefetch]") {
   constexpr int kFiles = 20;
   TempDir dir;
