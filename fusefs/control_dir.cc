@@ -193,6 +193,8 @@ void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("publishes", p.publishes);
   o.field("publish_failures", p.publish_failures);
   o.field("publishes_over_limit", p.publishes_over_limit);
+  o.field("upload_bytes", s.upload_bytes);
+  o.field("uploads_over_limit", s.uploads_over_limit);
   o.field("planning", p.planning);
   o.field("jobs", p.jobs);
   o.field("jobs_ended", p.jobs_ended);

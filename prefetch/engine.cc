@@ -38,7 +38,10 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
     : source_(source),
       options_(options),
       cache_(std::move(cache)),
-      guard_(source, guard_options(source, options.source)) {
+      guard_(source, guard_options(source, options.source)),
+      uploads_("bytes of uploads being written", "--max-upload-memory-per-user",
+               options.limits.upload_bytes_per_user, "--max-upload-memory",
+               options.limits.upload_bytes) {
   PlannerOptions planner;
   planner.lookahead = options_.lookahead;
   planner.stage_threads = options_.stage_threads;
@@ -86,7 +89,10 @@ Engine::~Engine() {
 }
 
 std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publisher publisher) {
-  return std::make_unique<OrderUpload>(kind, std::move(publisher), registry_, *planner_);
+  // The mount's own order (--shuffle-file) is the operator's, not a user's: not charged.
+  UserLedger* ledger = publisher.is_mount ? nullptr : &uploads_;
+  return std::make_unique<OrderUpload>(kind, std::move(publisher), registry_, *planner_, ledger,
+                                       options_.limits.entries_per_user);
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
@@ -404,6 +410,8 @@ EngineStats Engine::stats() const {
   s.fresh_lookups = fresh_lookups_.load(kRelaxed);
   s.copies_dropped = copies_dropped_.load(kRelaxed);
   s.files_known = registry_.size();
+  s.upload_bytes = uploads_.total();
+  s.uploads_over_limit = uploads_.refused();
   s.waits = waits_.load(kRelaxed);
   s.stall_ns = stall_ns_.load(kRelaxed);
   s.waits_abandoned = waits_abandoned_.load(kRelaxed);

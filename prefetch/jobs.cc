@@ -205,6 +205,15 @@ std::string Jobs::stream_key(const Job& job, const std::string& stream) {
   return std::to_string(job.uid) + "/" + job.name + "/" + stream;
 }
 
+size_t Jobs::streams_of(uid_t uid) const {
+  size_t n = 0;
+  for (auto it = jobs_.lower_bound({uid, std::string()});
+       it != jobs_.end() && it->first.first == uid; ++it) {
+    n += it->second.permanent ? 0 : it->second.streams.size();
+  }
+  return n;
+}
+
 Status Jobs::check(const Job& job, size_t new_streams, uint64_t entries, uint64_t freed,
                    uint64_t user_entries_now) const {
   if (job.permanent) {
@@ -214,6 +223,13 @@ Status Jobs::check(const Job& job, size_t new_streams, uint64_t entries, uint64_
     return Status::error(EDQUOT, "job " + job.name + " has " + std::to_string(job.streams.size()) +
                                      " streams, the per-job limit (--max-streams-per-job " +
                                      std::to_string(limits_.streams_per_job) + ")");
+  }
+  const size_t user_streams = streams_of(job.uid);
+  if (user_streams + new_streams > limits_.streams_per_user) {
+    return Status::error(EDQUOT, "user " + std::to_string(job.uid) + " has " +
+                                     std::to_string(user_streams) +
+                                     " streams, the per-user limit (--max-streams-per-user " +
+                                     std::to_string(limits_.streams_per_user) + ")");
   }
   const uint64_t after = user_entries_now - std::min(freed, user_entries_now) + entries;
   if (after > limits_.entries_per_user) {

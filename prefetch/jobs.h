@@ -64,8 +64,15 @@ struct Publisher {
 struct JobLimits {
   size_t streams_per_job = 64;
   size_t jobs_per_user = 64;
+  // Streams all of one user's jobs hold: below the mount's Schedule::kMaxStreams, so that no
+  // one user can take every stream.
+  size_t streams_per_user = 256;
   // Order entries (8 bytes each) and manifest entries (4 bytes) one user's jobs hold.
   uint64_t entries_per_user = uint64_t{64} << 20;
+  // Memory the uploads one user is writing may hold (entries and new paths), and all users'
+  // together: checked at each write, so an upload held open cannot grow without bound.
+  uint64_t upload_bytes_per_user = uint64_t{256} << 20;
+  uint64_t upload_bytes = uint64_t{1} << 30;
   // A job with no publish and no open of its streams' files for this long ends.
   double idle_timeout_s = 3600;
 };
@@ -118,6 +125,9 @@ class Jobs {
   static std::string session_job_name(pid_t sid) { return "session-" + std::to_string(sid); }
 
  private:
+  // Streams the jobs of uid hold (the mount's own job not counted).
+  size_t streams_of(uid_t uid) const;
+
   const JobLimits limits_;
   std::map<std::pair<uid_t, std::string>, Job> jobs_;
 };

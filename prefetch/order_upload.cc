@@ -6,13 +6,18 @@
 
 namespace epochfs::prefetch {
 
-OrderUpload::OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner)
+OrderUpload::OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner,
+                         UserLedger* ledger, uint64_t max_entries)
     : kind_(kind),
       publisher_(std::move(publisher)),
       registry_(registry),
       planner_(planner),
+      ledger_(ledger),
+      max_entries_(max_entries),
       parser_([this](std::string_view entry, uint64_t line) { add_entry(entry, line); }, &rejects_,
               OrderForm::kPaths) {}
+
+OrderUpload::~OrderUpload() { drop_held(); }
 
 cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {
   if (report_ || broken_) {
@@ -25,7 +30,42 @@ cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {
   }
   next_offset_ += bytes.size();
   parser_.feed(bytes);
-  return cachestore::Status::ok();
+  if (entries_.size() > max_entries_) {
+    broken_ = "more than " + std::to_string(max_entries_) +
+              " entries, over the per-user limit (--max-entries-per-user " +
+              std::to_string(max_entries_) + ")";
+    over_limit_ = true;
+    drop_held();
+    return cachestore::Status::error(EDQUOT, *broken_);
+  }
+  return charge_held();
+}
+
+cachestore::Status OrderUpload::charge_held() {
+  const uint64_t held = entries_.capacity() * sizeof(FileId) + pending_paths_.capacity() +
+                        pending_ends_.capacity() * sizeof(uint32_t);
+  if (ledger_ == nullptr || held <= charged_) {
+    return cachestore::Status::ok();
+  }
+  cachestore::Status charged = ledger_->charge(publisher_.uid, held - charged_);
+  if (!charged.is_ok()) {
+    broken_ = charged.context();
+    over_limit_ = true;
+    drop_held();
+    return charged;
+  }
+  charged_ = held;
+  return charged;
+}
+
+void OrderUpload::drop_held() {
+  entries_ = {};
+  pending_paths_ = {};
+  pending_ends_ = {};
+  if (ledger_ != nullptr && charged_ > 0) {
+    ledger_->release(publisher_.uid, charged_);
+  }
+  charged_ = 0;
 }
 
 void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
@@ -91,7 +131,7 @@ PublishReport OrderUpload::refuse(std::string message) {
   r.stream = parser_.header().stream.value_or(kind_ == Kind::kManifest ? "manifest" : "");
   r.message = std::move(message);
   r.rejects = std::move(rejects_);
-  return planner_.refuse(std::move(r));
+  return planner_.refuse(std::move(r), over_limit_);
 }
 
 const PublishReport& OrderUpload::finish() {
@@ -101,6 +141,7 @@ const PublishReport& OrderUpload::finish() {
   cachestore::Status parsed = parser_.finish();
   if (broken_ || !parsed.is_ok()) {
     report_ = refuse("not published: " + (broken_ ? *broken_ : parsed.context()));
+    drop_held();
     return *report_;
   }
   if (!entries_.empty()) {
@@ -109,6 +150,7 @@ const PublishReport& OrderUpload::finish() {
         planner_.admits(publisher_, parser_.header(), kind_ == Kind::kManifest, entries_.size());
     if (!admitted.is_ok()) {
       report_ = refuse("not published: " + admitted.context());
+      drop_held();
       return *report_;
     }
     register_pending();
@@ -123,6 +165,7 @@ const PublishReport& OrderUpload::finish() {
     report_ =
         planner_.publish(publisher_, parser_.header(), std::move(entries_), std::move(rejects_));
   }
+  drop_held();  // what was published is the job's now, held against its entry limit
   return *report_;
 }
 

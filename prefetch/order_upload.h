@@ -7,6 +7,10 @@
 // refused upload (cut short, over a limit) leaves nothing in the registry. finish() publishes
 // the result through the Planner, or refuses it whole when the file was cut short (#count).
 //
+// What an upload holds while written (entries and new paths) is charged to its writer in the
+// ledger given, checked at each write: the write that would pass the writer's limit fails with
+// EDQUOT and the upload will not publish. So is one that passes --max-entries-per-user.
+//
 // Thread-safety: none; one upload is written by one writer at a time (its FUSE handle's lock).
 #pragma once
 
@@ -20,6 +24,7 @@
 #include "prefetch/file_registry.h"
 #include "prefetch/order_parser.h"
 #include "prefetch/planner.h"
+#include "prefetch/user_ledger.h"
 
 namespace epochfs::prefetch {
 
@@ -27,7 +32,13 @@ class OrderUpload {
  public:
   enum class Kind { kOrder, kManifest };
 
-  OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner);
+  // ledger: where the upload's memory is charged to its writer; null charges nothing (the
+  // mount's own --shuffle-file).
+  OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner,
+              UserLedger* ledger = nullptr, uint64_t max_entries = UINT64_MAX);
+  ~OrderUpload();
+  OrderUpload(const OrderUpload&) = delete;
+  OrderUpload& operator=(const OrderUpload&) = delete;
 
   // Adds bytes written at offset. An upload is written front to back: a write at any other
   // offset fails with EINVAL and the upload will not publish.
@@ -49,6 +60,11 @@ class OrderUpload {
   // Registers the pending paths and puts their ids in place.
   void register_pending();
   PublishReport refuse(std::string message);
+  // Charges what the upload holds now beyond what it was charged; on a refusal the upload
+  // breaks and lets go of it all.
+  cachestore::Status charge_held();
+  // Drops the entries and paths gathered and gives back their charge.
+  void drop_held();
 
   static constexpr FileId kPending = FileId{1} << 31;
 
@@ -56,6 +72,9 @@ class OrderUpload {
   const Publisher publisher_;
   FileRegistry& registry_;
   Planner& planner_;
+  UserLedger* const ledger_;
+  const uint64_t max_entries_;
+  uint64_t charged_ = 0;  // bytes charged to the writer in ledger_
   RejectReport rejects_;
   OrderParser parser_;
   std::vector<FileId> entries_;
@@ -64,6 +83,7 @@ class OrderUpload {
   std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
   uint64_t next_offset_ = 0;
   std::optional<std::string> broken_;  // why the upload cannot publish
+  bool over_limit_ = false;            // broken by a limit
   std::optional<PublishReport> report_;
 };
 

@@ -143,7 +143,8 @@ class Planner final : public cachestore::NextUseOracle {
                                  std::vector<FileId> manifest, RejectReport rejects);
   static constexpr FileId kNoFile = UINT32_MAX;
   // Records (and logs) an upload that cannot be published; report.message says why.
-  PublishReport refuse(PublishReport report);
+  // over_limit: refused by a limit (counted in publishes_over_limit).
+  PublishReport refuse(PublishReport report, bool over_limit = false);
 
   // Whether an upload of `entries` entries (a manifest's, or an order's) by publisher with this
   // header is within the limits now (prefetch/jobs.h); publish checks again. A refusal is

@@ -229,10 +229,11 @@ PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderH
   return report;
 }
 
-PublishReport Planner::refuse(PublishReport report) {
+PublishReport Planner::refuse(PublishReport report, bool over_limit) {
   report.ok = false;
   {
     MutexLock lock(mu_);
+    publishes_over_limit_ += over_limit ? 1 : 0;
     report = record(std::move(report));
   }
   cachestore::log(LogLevel::kWarning, "publish: %s%s%s", report.stream.c_str(),

@@ -272,13 +272,18 @@ bool opens_reach_daemon() {
   return data_path == nullptr || std::string(data_path) != "no-open";
 }
 
-int run_as_nobody(const std::function<int()>& fn) {
-  constexpr uid_t kNobody = 65534;
+int run_as_nobody(const std::function<int()>& fn) { return run_as(kNobody, fn); }
+
+bool become_user(uid_t uid) {
+  return setgroups(0, nullptr) == 0 && setresgid(uid, uid, uid) == 0 &&
+         setresuid(uid, uid, uid) == 0;
+}
+
+int run_as(uid_t uid, const std::function<int()>& fn) {
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-        setresuid(kNobody, kNobody, kNobody) != 0) {
+    if (!become_user(uid)) {
       _exit(255);
     }
     _exit(fn());

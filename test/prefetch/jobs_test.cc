@@ -93,6 +93,20 @@ TEST_CASE("a job's loaders keep their own manifests", "[jobs]") {
   CHECK(planner.stats().manifest_entries == 5);
 }
 
+TEST_CASE("one user's jobs together hold at most their streams, others get theirs", "[jobs]") {
+  PlannerOptions options;
+  options.limits.streams_per_user = 3;
+  Planner planner(options);
+  CHECK(planner.publish(user(1000), header("a", "s0"), {1}, {}).ok);
+  CHECK(planner.publish(user(1000), header("a", "s1"), {1}, {}).ok);
+  CHECK(planner.publish(user(1000), header("b", "s0"), {1}, {}).ok);
+  auto r = planner.publish(user(1000), header("c", "s0"), {1}, {});
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.message, Catch::Contains("--max-streams-per-user 3"));
+  CHECK(planner.publish(user(1000), header("a", "s1"), {2}, {}).ok);  // an existing stream
+  CHECK(planner.publish(user(1001), header("a", "s0"), {1}, {}).ok);
+}
+
 TEST_CASE("limits refuse a publish and say which and by how much", "[jobs]") {
   PlannerOptions options;
   options.limits.streams_per_job = 2;

@@ -67,3 +67,77 @@ TEST_CASE("a write out of place fails and the upload does not publish", "[upload
 
 }  // namespace
 }  // namespace epochfs::prefetch
+
+namespace epochfs::prefetch {
+namespace {
+
+// An order of n new paths of about 100 bytes each.
+std::string long_order(int n) {
+  std::string text = "#job big\n";
+  for (int i = 0; i < n; ++i) {
+    text += std::string(90, 'p') + "/" + std::to_string(i) + "\n";
+  }
+  return text;
+}
+
+TEST_CASE("an upload held open is refused at the write that passes its writer's limit",
+          "[upload]") {
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  UserLedger ledger("bytes of uploads", "--max-upload-memory-per-user", 64 << 10,
+                    "--max-upload-memory", 1 << 20);
+  const std::string text = long_order(5000);  // ~500 KB of new paths: far past 64 KiB
+  int refused_at = -1;
+  {
+    OrderUpload upload(OrderUpload::Kind::kOrder, me(), registry, planner, &ledger);
+    for (size_t at = 0; at < text.size(); at += 4096) {
+      auto written = upload.write(at, std::string_view(text).substr(at, 4096));
+      if (!written.is_ok()) {
+        CHECK(written.error_code() == EDQUOT);
+        CHECK_THAT(written.context(), Catch::Contains("--max-upload-memory-per-user 65536"));
+        refused_at = static_cast<int>(at);
+        break;
+      }
+      CHECK(ledger.held(::getuid()) <= 64 << 10);
+    }
+    CHECK(refused_at > 0);
+    CHECK(ledger.total() == 0);  // the refused upload let go of what it held
+    const PublishReport& r = upload.finish();
+    CHECK_FALSE(r.ok);
+    CHECK_THAT(r.message, Catch::Contains("--max-upload-memory-per-user"));
+  }
+  CHECK(registry.size() == 0);
+  CHECK(planner.stats().publishes_over_limit == 1);
+}
+
+TEST_CASE("an upload's charge is given back when it publishes or goes", "[upload]") {
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  UserLedger ledger("bytes", "--per-user", 1 << 20, "--all", 2 << 20);
+  {
+    OrderUpload upload(OrderUpload::Kind::kOrder, me(), registry, planner, &ledger);
+    REQUIRE(upload.write(0, long_order(100)).is_ok());
+    CHECK(ledger.held(::getuid()) > 0);
+    CHECK(upload.finish().ok);
+    CHECK(ledger.total() == 0);
+  }
+  {
+    OrderUpload upload(OrderUpload::Kind::kOrder, me(), registry, planner, &ledger);
+    REQUIRE(upload.write(0, long_order(100)).is_ok());
+  }  // a writer gone without a close
+  CHECK(ledger.total() == 0);
+}
+
+TEST_CASE("an upload past the per-user entry limit is refused while written", "[upload]") {
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  OrderUpload upload(OrderUpload::Kind::kOrder, me(), registry, planner, nullptr, 10);
+  auto written = upload.write(0, long_order(11));
+  CHECK(written.error_code() == EDQUOT);
+  CHECK_THAT(written.context(), Catch::Contains("--max-entries-per-user 10"));
+  CHECK_FALSE(upload.finish().ok);
+  CHECK(registry.size() == 0);
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch

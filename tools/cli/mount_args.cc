@@ -30,6 +30,8 @@ struct MountArgs {
   MountOptions options;
   std::string log_level = "info";
   std::string cache_size = "unlimited";
+  std::string upload_memory_per_user = "256M";
+  std::string upload_memory = "1G";
   std::string cache_reserve = "5%";
   std::string lookahead = "auto";
   bool no_cache = false;
@@ -49,6 +51,11 @@ void add_job_options(CLI::App* cmd, prefetch::JobLimits& limits) {
                   "Order and manifest entries one user's jobs may hold (8 and 4 bytes each)")
       ->default_val(limits.entries_per_user)
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 31));
+  cmd->add_option("--max-streams-per-user", limits.streams_per_user,
+                  "Streams one user's jobs may hold together: below the mount's 1024, so one "
+                  "user cannot take them all")
+      ->default_val(limits.streams_per_user)
+      ->check(CLI::Range(1, 1023));
   cmd->add_option("--job-idle-timeout", limits.idle_timeout_s,
                   "Seconds without a publish or an open of its files after which a job ends, "
                   "even if its processes still run")
@@ -75,6 +82,40 @@ void add_outage_options(CLI::App* cmd, prefetch::EngineOptions& engine) {
           std::map<std::string, bool>{{"serve", true}, {"fail", false}}, CLI::ignore_case))
       ->option_text("serve|fail")
       ->default_str("serve");
+}
+
+// What one user's requests may make the daemon hold (prefetch/user_ledger.h).
+void add_user_limit_options(CLI::App* cmd, MountArgs& args) {
+  cmd->add_option("--max-upload-memory-per-user", args.upload_memory_per_user,
+                  "Memory the orders one user is writing into .epochfs/ may hold (a size); the "
+                  "write that passes it fails with EDQUOT")
+      ->default_val(args.upload_memory_per_user);
+  cmd->add_option("--max-upload-memory", args.upload_memory,
+                  "Memory the orders all users are writing may hold; above the per-user limit")
+      ->default_val(args.upload_memory);
+}
+
+// Fills the per-user limits given as sizes; false (with a message) if one is malformed.
+bool apply_limit_flags(const MountArgs& args, prefetch::JobLimits& limits) {
+  auto per_user = parse_size(args.upload_memory_per_user);
+  auto all = parse_size(args.upload_memory);
+  if (!per_user || !all || *per_user == 0) {
+    fprintf(stderr,
+            "epochfs: --max-upload-memory-per-user %s, --max-upload-memory %s: expected "
+            "sizes such as 256M\n",
+            args.upload_memory_per_user.c_str(), args.upload_memory.c_str());
+    return false;
+  }
+  if (*per_user >= *all) {
+    fprintf(stderr,
+            "epochfs: --max-upload-memory-per-user %s must be below --max-upload-memory "
+            "%s, so that no one user can reach the mount's limit\n",
+            args.upload_memory_per_user.c_str(), args.upload_memory.c_str());
+    return false;
+  }
+  limits.upload_bytes_per_user = *per_user;
+  limits.upload_bytes = *all;
+  return true;
 }
 
 void add_cache_options(CLI::App* cmd, MountArgs& args) {
@@ -243,7 +284,7 @@ bool finish(const CLI::App& cmd, MountArgs& args) {
   o.fs.entry_timeout_s = o.fs.attr_timeout_s;
   o.engine.immutable = o.fs.immutable;
   o.engine.attr_timeout_s = o.fs.attr_timeout_s;
-  return apply_cache_flags(args, o);
+  return apply_cache_flags(args, o) && apply_limit_flags(args, o.engine.limits);
 }
 
 }  // namespace
@@ -252,6 +293,7 @@ Subcommand add_mount_command(CLI::App& app) {
   auto args = std::make_shared<MountArgs>();
   CLI::App* cmd = add_mount_options(app, *args);
   add_cache_options(cmd, *args);
+  add_user_limit_options(cmd, *args);
   return {cmd, [cmd, args] {
             cachestore::set_log_level(parse_level(args->log_level));
             return finish(*cmd, *args) ? cmd_mount(args->options) : 1;

@@ -268,6 +268,12 @@ def _write(root, name, header, lines):
                 _write_all(fd, piece)
                 piece, size = [], 0
         _write_all(fd, piece)
+    except OSError as e:  # a write over a limit of the daemon's: the close records why
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        raise _refused(root, e, path) from None
     except BaseException:
         try:
             os.close(fd)  # the daemon refuses what was written: empty, or short of its #count

@@ -1,0 +1,168 @@
+// Hostile tenants of a shared node mount (docs/semantics.md, "A shared node: what one user can
+// make the daemon do"): a root mount with --allow-other, one ordinary user attacking and
+// another training. What the attacker makes the daemon hold is bounded by their own limits,
+// and the victim's publishes and reads go on unharmed.
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "test/mount/mount_fixture.h"
+#include "tools/cli/stats_doc.h"
+
+namespace epochfs::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uid_t kAttacker = 65534;
+constexpr uid_t kVictim = 65533;
+
+// fn run as uid in a child that then stays alive, keeping what fn opened or published, until
+// this object goes (the child is then killed and reaped).
+class Held {
+ public:
+  Held(uid_t uid, const std::function<int()>& fn) {
+    REQUIRE(::pipe2(result_, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(hold_, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(hold_[1]);
+      if (!become_user(uid)) {
+        _exit(255);
+      }
+      const char byte = static_cast<char>(fn());
+      (void)!::write(result_[1], &byte, 1);
+      char ignored;
+      (void)!::read(hold_[0], &ignored, 1);  // until the parent closes its end
+      _exit(0);
+    }
+    ::close(result_[1]);
+    ::close(hold_[0]);
+  }
+
+  ~Held() {
+    ::close(hold_[1]);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    ::close(result_[0]);
+  }
+
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+
+  // What fn returned, once it has.
+  int result() {
+    char byte = 0;
+    return ::read(result_[0], &byte, 1) == 1 ? static_cast<unsigned char>(byte) : 255;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int result_[2] = {-1, -1};
+  int hold_[2] = {-1, -1};
+};
+
+// A dataset both users may read, under a mount root they may reach.
+struct Node {
+  TempDir dir;
+
+  explicit Node(int files) {
+    write_files(dir / "src", files, 4000);
+    fs::permissions(dir.path(),
+                    fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  }
+};
+
+std::optional<double> stat_in(const Mount& mount, const std::string& key) {
+  auto doc = tools::read_stats(mount.path());
+  return doc ? doc->number(key) : std::nullopt;
+}
+
+// The victim's job: publishes an order of f0..f9 and reads them; 0 if all went well.
+int train(const Mount& mount, const std::string& src) {
+  std::string order = "#job train\n";
+  for (int i = 0; i < 10; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  if (const int err = write_order(mount, order); err != 0) {
+    return 1;
+  }
+  for (int i = 0; i < 10; ++i) {
+    const std::string name = "/f" + std::to_string(i);
+    if (read_file(mount.path() + name) != read_file(src + name)) {
+      return 2;
+    }
+  }
+  return 0;
+}
+
+TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][tenant]") {
+  Node node(10);
+  Mount mount(node.dir / "src", node.dir / "mnt",
+              {"--allow-other", "--max-upload-memory-per-user", "1M", "--max-upload-memory", "4M"});
+  // 64 MiB of distinct new paths into one upload, held open: every write up to the refused one
+  // keeps the daemon's upload memory within the limit, and the rest are refused.
+  Held attack(kAttacker, [&] {
+    const int fd = ::open((mount / ".epochfs/big").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return 1;
+    }
+    std::string chunk;
+    int refused = 0;
+    int first_error = 0;
+    for (int round = 0; round < 1024; ++round) {
+      chunk.clear();
+      while (chunk.size() < (64 << 10) - 128) {
+        chunk += std::string(80, 'x') + "/" + std::to_string(round) + "/" +
+                 std::to_string(chunk.size()) + "\n";
+      }
+      if (::write(fd, chunk.data(), chunk.size()) < 0) {
+        first_error = first_error == 0 ? errno : first_error;
+        ++refused;
+      } else if (stat_in(mount, "prefetch.upload_bytes").value_or(1e18) > (1 << 20)) {
+        return 2;
+      }
+    }
+    if (first_error != EDQUOT) {
+      return 3;
+    }
+    return refused > 1000 ? 0 : 4;  // fd stays open: the child holds it
+  });
+  CHECK(attack.result() == 0);
+  CHECK(stat_in(mount, "prefetch.upload_bytes") == 0);
+  CHECK(stat_in(mount, "prefetch.uploads_over_limit") == 1);
+  CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+}
+
+TEST_CASE("one user's jobs cannot take every stream of the mount", "[mount][tenant]") {
+  Node node(10);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  // 5 jobs of 64 streams each, all inside the per-job and per-job-count limits: the user's
+  // 256 streams are granted, the rest refused; the publisher stays alive to keep them.
+  Held attack(kAttacker, [&] {
+    int published = 0;
+    for (int job = 0; job < 5; ++job) {
+      for (int s = 0; s < 64; ++s) {
+        const std::string order =
+            "#job j" + std::to_string(job) + "\n#stream s" + std::to_string(s) + "\nf0\n";
+        published += write_order(mount, order) == 0 ? 1 : 0;
+      }
+    }
+    return published == 256 ? 0 : 1;
+  });
+  CHECK(attack.result() == 0);
+  CHECK(stat_in(mount, "prefetch.publishes_over_limit") == 64);
+  CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+}
+
+}  // namespace
+}  // namespace epochfs::test
