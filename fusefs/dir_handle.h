@@ -58,6 +58,8 @@ class DirHandle {
   DirHandle(std::shared_ptr<const Listing> listing, std::string path)
       : listing_(std::move(listing)), path_(std::move(path)) {}
 
+  std::optional<uid_t> charged_to;  // the user whose open it is (Filesystem's ledger)
+
   // Positions the stream; offset 0 is the start, others are next_offset values.
   void seek(off_t offset) { position_ = offset < 0 ? 0 : static_cast<size_t>(offset); }
 

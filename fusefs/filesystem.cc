@@ -36,7 +36,19 @@ Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
       engine_(source_, std::move(cache), engine_options),
       options_(options),
       local_source_dev_(local_dev(source_, root_st)),
-      inodes_(root_st, engine_.registry()) {}
+      inodes_(root_st, engine_.registry()),
+      opens_("open files and directories", "--max-opens-per-user", options.opens_per_user,
+             "the readers' share of the daemon's open-files limit", options.opens, EMFILE) {}
+
+Status Filesystem::charge_open(std::optional<uid_t> opener) {
+  return opener ? opens_.charge(*opener, 1) : Status::ok();
+}
+
+void Filesystem::uncharge_open(std::optional<uid_t> opener) {
+  if (opener) {
+    opens_.release(*opener, 1);
+  }
+}
 
 namespace {
 
@@ -175,10 +187,23 @@ Result<std::string> Filesystem::readlink(InodeId id) {
       path.value(), [this, p = path.value()] { return source_.readlink_at(p); }));
 }
 
-Result<DirHandle*> Filesystem::opendir(InodeId id) {
+Result<DirHandle*> Filesystem::opendir(InodeId id, std::optional<uid_t> opener) {
   if (is_control(id)) {
     return id == kControlDirId ? nullptr : Result<DirHandle*>(Status::error(ENOTDIR, "opendir"));
   }
+  if (Status charged = charge_open(opener); !charged.is_ok()) {
+    return charged;
+  }
+  auto dir = open_listing(id);
+  if (!dir.is_ok()) {
+    uncharge_open(opener);
+    return dir;
+  }
+  dir.value()->charged_to = opener;
+  return dir;
+}
+
+Result<DirHandle*> Filesystem::open_listing(InodeId id) {
   auto path = path_of(id);
   if (!path.is_ok()) {
     return path.status();
@@ -219,6 +244,7 @@ Result<std::shared_ptr<const Listing>> Filesystem::listing_of(const std::string&
 
 void Filesystem::releasedir(DirHandle* dir) {
   if (dir != nullptr) {
+    uncharge_open(dir->charged_to);
     dirs_.remove(dir);
   }
 }
@@ -234,6 +260,7 @@ void Filesystem::release(FileHandle* file) {
   } else {
     engine_.close_file(file->file);
   }
+  uncharge_open(file->charged_to);
   files_.remove(file);
 }
 
@@ -262,6 +289,19 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> 
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
     return Status::error(kReadOnlyError, "open for writing");
   }
+  if (Status charged = charge_open(opener); !charged.is_ok()) {
+    return charged;
+  }
+  auto opened = open_handle(id, flags, opener);
+  if (!opened.is_ok()) {
+    uncharge_open(opener);
+    return opened;
+  }
+  opened.value().handle->charged_to = opener;
+  return opened;
+}
+
+Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<uid_t> opener) {
   if (is_control(id)) {
     return open_control(id, flags);
   }

@@ -54,6 +54,11 @@ struct FilesystemOptions {
   size_t implicit_opens_kept = kImplicitOpensKept;
   // The mount point and the source, as the metrics' labels.
   MountLabels labels;
+  // Files and directories one user may hold open through the mount, and all users together:
+  // each holds a descriptor or a listing in the daemon (--max-opens-per-user; the cap is the
+  // readers' share of the open-files limit, fusefs/session.cc).
+  uint64_t opens_per_user = 1024;
+  uint64_t opens = 4096;
 };
 
 struct Entry {
@@ -78,7 +83,8 @@ struct FileHandle {
   std::string control_content;
   // For a file being written into .epochfs/: the order or manifest it carries.
   std::unique_ptr<prefetch::OrderUpload> upload;
-  cachestore::Mutex upload_mu;  // writes and flushes of one handle may come from two threads
+  cachestore::Mutex upload_mu;      // writes and flushes of one handle may come from two threads
+  std::optional<uid_t> charged_to;  // the user whose open it is (Filesystem::opens_)
 };
 
 // Who sent a request (the kernel's word: fuse_req_ctx).
@@ -129,9 +135,11 @@ class Filesystem {
   cachestore::Result<std::string> readlink(InodeId id);
   // Handles returned by opendir and open stay owned by the Filesystem until releasedir and
   // release, or until it is destroyed (the kernel sends no release if the connection ends).
-  cachestore::Result<DirHandle*> opendir(InodeId id);
+  // opener: the user the handle is charged to (none: not charged).
+  cachestore::Result<DirHandle*> opendir(InodeId id, std::optional<uid_t> opener = std::nullopt);
   void releasedir(DirHandle* dir);
-  // opener: the user opening it, whose streams the open may advance (prefetch/jobs.h).
+  // opener: the user opening it, whose streams the open may advance (prefetch/jobs.h), and
+  // whom the handle is charged to (EMFILE past --max-opens-per-user).
   cachestore::Result<OpenResult> open(InodeId id, int flags,
                                       std::optional<uid_t> opener = std::nullopt);
   void release(FileHandle* file);
@@ -243,6 +251,13 @@ class Filesystem {
     std::shared_ptr<const std::string> content;  // null: no such snapshot
   };
 
+  // open and opendir once the handle is charged.
+  cachestore::Result<OpenResult> open_handle(InodeId id, int flags, std::optional<uid_t> opener);
+  cachestore::Result<DirHandle*> open_listing(InodeId id);
+  // Charges one open handle to opener (EMFILE past a limit); uncharge_open gives it back.
+  cachestore::Status charge_open(std::optional<uid_t> opener);
+  void uncharge_open(std::optional<uid_t> opener);
+
   // The entry a lookup of control node id answers (a snapshot's with implicit opens).
   Entry control_entry(InodeId id);
   // Snapshot id with its content, made now (outside snapshots_mu_) if it has none yet.
@@ -252,7 +267,8 @@ class Filesystem {
   InodeTable inodes_;
   HandleTable<FileHandle> files_;
   HandleTable<DirHandle> dirs_;
-  Listings listings_;  // with --immutable only
+  prefetch::UserLedger opens_;  // handles in files_ and dirs_, by user
+  Listings listings_;           // with --immutable only
   std::atomic<InodeId> next_upload_id_{kUploadIdBase};
   std::atomic<InodeId> next_snapshot_id_{kSnapshotIdBase};
   cachestore::Mutex snapshots_mu_;

@@ -119,8 +119,12 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,
                     "helper do) or with --shuffle-file; a plain cp or shell redirection does not "
                     "publish");
   }
+  if (Status charged = charge_open(caller.uid); !charged.is_ok()) {
+    return charged;
+  }
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
+  handle->charged_to = caller.uid;
   handle->upload =
       engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
                                                  : prefetch::OrderUpload::Kind::kOrder,

@@ -108,7 +108,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino) {
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto dir = fs_of(req).opendir(ino);
+  auto dir = fs_of(req).opendir(ino, fuse_req_ctx(req)->uid);
   if (!dir.is_ok()) {
     reply_status(req, dir.status());
     return;

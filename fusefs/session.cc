@@ -117,6 +117,20 @@ void raise_open_files_limit() {
   }
 }
 
+// The readers' share of the open-files limit is what all users' open handles may hold; one
+// user, of a mount others share (--allow-other), gets at most half of it, so that no one user
+// can take every descriptor. A mount only its owner uses gives them all of it.
+void fit_opens_per_user(MountOptions& o, uint64_t readers, std::string* note) {
+  o.fs.opens = readers;
+  if (!o.allow_other) {
+    o.fs.opens_per_user = readers;
+  } else if (o.fs.opens_per_user > readers / 2) {
+    o.fs.opens_per_user = readers / 2;
+    *note += std::string(note->empty() ? "" : "; ") + "--max-opens-per-user lowered to " +
+             std::to_string(readers / 2) + ", half the readers' share of the open-files limit";
+  }
+}
+
 // Fits the daemon's threads to its open-files limit, so that readers never get EMFILE: each
 // FUSE worker may hold two pipes (four fds: libfuse's for splicing requests, ours for copies),
 // each running copy a source and a cache file (three with the directory), each implicit open
@@ -151,6 +165,7 @@ MountOptions fit_to_open_files_limit(MountOptions o, std::string* note) {
   o.engine.max_pending_copies =
       static_cast<unsigned>(std::min<uint64_t>(o.engine.max_pending_copies, queue));
   o.fs.implicit_opens_kept = implicit;
+  fit_opens_per_user(o, readers, note);
   return o;
 }
 

@@ -1,7 +1,5 @@
 #include "prefetch/user_ledger.h"
 
-#include <errno.h>
-
 #include <algorithm>
 
 namespace epochfs::prefetch {
@@ -9,12 +7,13 @@ namespace epochfs::prefetch {
 using cachestore::Status;
 
 UserLedger::UserLedger(std::string what, std::string option, uint64_t per_user,
-                       std::string cap_option, uint64_t cap)
+                       std::string cap_option, uint64_t cap, int err)
     : what_(std::move(what)),
       option_(std::move(option)),
       per_user_(per_user),
       cap_option_(std::move(cap_option)),
-      cap_(cap) {}
+      cap_(cap),
+      err_(err) {}
 
 Status UserLedger::charge(uid_t uid, uint64_t n) {
   cachestore::MutexLock lock(mu_);
@@ -22,16 +21,16 @@ Status UserLedger::charge(uid_t uid, uint64_t n) {
   const uint64_t mine = it == held_.end() ? 0 : it->second;
   if (mine + n > per_user_) {
     ++refused_;
-    return Status::error(EDQUOT, "user " + std::to_string(uid) + " would hold " +
-                                     std::to_string(mine + n) + " " + what_ +
-                                     ", over the per-user limit (" + option_ + " " +
-                                     std::to_string(per_user_) + ")");
+    return Status::error(err_, "user " + std::to_string(uid) + " would hold " +
+                                   std::to_string(mine + n) + " " + what_ +
+                                   ", over the per-user limit (" + option_ + " " +
+                                   std::to_string(per_user_) + ")");
   }
   if (total_ + n > cap_) {
     ++refused_;
-    return Status::error(EDQUOT, "all users would hold " + std::to_string(total_ + n) + " " +
-                                     what_ + ", over the mount's limit (" + cap_option_ + " " +
-                                     std::to_string(cap_) + ")");
+    return Status::error(err_, "all users would hold " + std::to_string(total_ + n) + " " + what_ +
+                                   ", over the mount's limit (" + cap_option_ + " " +
+                                   std::to_string(cap_) + ")");
   }
   held_[uid] = mine + n;
   total_ += n;

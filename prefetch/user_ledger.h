@@ -10,6 +10,7 @@
 // Thread-safety: all methods may be called concurrently (one leaf mutex).
 #pragma once
 
+#include <errno.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -25,10 +26,11 @@ class UserLedger {
  public:
   // what: the resource as a message names it ("bytes of uploads being written"); option and
   // cap_option: the flags that set the limits, named in refusals.
+  // err: the errno a refusal carries.
   UserLedger(std::string what, std::string option, uint64_t per_user, std::string cap_option,
-             uint64_t cap);
+             uint64_t cap, int err = EDQUOT);
 
-  // Charges n to uid. EDQUOT, naming the limit and its option, if uid would then hold more
+  // Charges n to uid. err, naming the limit and its option, if uid would then hold more
   // than the per-user limit or all users more than the cap; nothing is charged then.
   cachestore::Status charge(uid_t uid, uint64_t n) EXCLUDES(mu_);
   // Gives back n of what uid holds.
@@ -47,6 +49,7 @@ class UserLedger {
   const uint64_t per_user_;
   const std::string cap_option_;
   const uint64_t cap_;
+  const int err_;
   mutable cachestore::Mutex mu_;
   std::unordered_map<uid_t, uint64_t> held_ GUARDED_BY(mu_);  // users holding anything
   uint64_t total_ GUARDED_BY(mu_) = 0;

@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -162,6 +164,43 @@ TEST_CASE("one user's jobs cannot take every stream of the mount", "[mount][tena
   CHECK(attack.result() == 0);
   CHECK(stat_in(mount, "prefetch.publishes_over_limit") == 64);
   CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+}
+
+TEST_CASE("one user holding opens cannot take the daemon's descriptors", "[mount][tenant]") {
+  if (!opens_reach_daemon()) {
+    return;  // no-open: the kernel opens files without the daemon, which holds no descriptor
+  }
+  Node node(10);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other", "--max-opens-per-user", "100"});
+  // 300 opens of one file and of the root directory, all held: the first 100 are granted.
+  Held attack(kAttacker, [&] {
+    int granted = 0;
+    int refused = 0;
+    for (int i = 0; i < 300; ++i) {
+      const bool dir = i % 2 == 1;
+      const std::string path = dir ? mount.path() : mount / "f0";
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+      granted += fd >= 0 ? 1 : 0;
+      refused += fd < 0 && errno == EMFILE ? 1 : 0;
+    }
+    return granted == 100 && refused == 200 ? 0 : 1;
+  });
+  CHECK(attack.result() == 0);
+  // The other user opens, lists and reads the stats as before.
+  CHECK(run_as(kVictim, [&] {
+          std::vector<int> fds;
+          for (int i = 0; i < 100; ++i) {
+            fds.push_back(::open((mount / "f1").c_str(), O_RDONLY | O_CLOEXEC));
+          }
+          const bool all = std::all_of(fds.begin(), fds.end(), [](int fd) { return fd >= 0; });
+          for (int fd : fds) {
+            ::close(fd);
+          }
+          const bool listed = fs::directory_iterator(mount.path()) != fs::directory_iterator();
+          return all && listed && stat_in(mount, "opens").has_value()
+                     ? train(mount, node.dir / "src")
+                     : 1;
+        }) == 0);
 }
 
 }  // namespace

@@ -93,6 +93,12 @@ void add_user_limit_options(CLI::App* cmd, MountArgs& args) {
   cmd->add_option("--max-upload-memory", args.upload_memory,
                   "Memory the orders all users are writing may hold; above the per-user limit")
       ->default_val(args.upload_memory);
+  cmd->add_option("--max-opens-per-user", args.options.fs.opens_per_user,
+                  "Files and directories one user may hold open through an --allow-other mount "
+                  "(at most half the daemon's share for readers); past it, open fails with "
+                  "EMFILE")
+      ->default_val(args.options.fs.opens_per_user)
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
 }
 
 // Fills the per-user limits given as sizes; false (with a message) if one is malformed.
