@@ -3,7 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 
 #include "fusefs/metrics.h"
@@ -187,6 +189,27 @@ void stream_fields(std::ostringstream& out, const prefetch::StreamStats& st) {
   o.close();
 }
 
+}  // namespace
+
+prefetch::EngineStats as_seen_by(prefetch::EngineStats stats, uid_t viewer) {
+  if (viewer == 0 || viewer == ::geteuid()) {
+    return stats;
+  }
+  auto& p = stats.planner;
+  const auto others = std::remove_if(p.streams.begin(), p.streams.end(),
+                                     [viewer](const auto& st) { return st.uid != viewer; });
+  p.streams_of_other_users = static_cast<uint64_t>(p.streams.end() - others);
+  p.streams.erase(others, p.streams.end());
+  auto mine = p.last_publish_by_user.find(viewer);
+  p.last_publish = mine == p.last_publish_by_user.end()
+                       ? std::nullopt
+                       : std::optional<prefetch::PublishReport>(mine->second);
+  p.last_publish_by_user.clear();
+  return stats;
+}
+
+namespace {
+
 void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   const auto& p = s.planner;
   JsonObject o(out, 2);
@@ -197,6 +220,7 @@ void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("uploads_over_limit", s.uploads_over_limit);
   o.field("planning", p.planning);
   o.field("jobs", p.jobs);
+  o.field("streams_of_other_users", p.streams_of_other_users);
   o.field("jobs_ended", p.jobs_ended);
   if (p.last_publish) {
     JsonObject last(o.start("last_publish"), 4);

@@ -59,7 +59,10 @@ inline bool is_control_file(InodeId id) {
   return id >= kStatsFileId && id < kStatsFileId + kControlEntryCount;
 }
 
-// The JSON document served as .epochfs/stats.
+// What user viewer may see of stats: their own streams and latest publish; of other users'
+// only how many streams they hold. Root and the mount's owner see everything.
+prefetch::EngineStats as_seen_by(prefetch::EngineStats stats, uid_t viewer);
+
 // The JSON document served as .epochfs/verify.
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 

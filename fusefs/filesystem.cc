@@ -106,9 +106,10 @@ Result<std::string> Filesystem::path_of(InodeId id) const {
   return std::move(*path);
 }
 
-Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool at_hand) {
+Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool at_hand,
+                                 std::optional<uid_t> viewer) {
   if (auto control = control_lookup(parent, name)) {
-    return control_entry(*control);
+    return control_entry(*control, viewer);
   }
   if (is_control(parent)) {
     return Status::error(ENOENT, std::string(name));
@@ -303,7 +304,7 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> 
 
 Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<uid_t> opener) {
   if (is_control(id)) {
-    return open_control(id, flags);
+    return open_control(id, flags, opener);
   }
   auto path = path_of(id);
   if (!path.is_ok()) {

@@ -126,7 +126,9 @@ class Filesystem {
   // Looks name up in parent; on success the kernel holds one more reference to the result.
   // at_hand: only from attributes read within the timeout, never a call into the source (a
   // listing's entries: the listing does without the others' attributes); EAGAIN otherwise.
-  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name, bool at_hand = false);
+  // viewer: the user looking up, whose view of a control file's snapshot it gets (no-open).
+  cachestore::Result<Entry> lookup(InodeId parent, std::string_view name, bool at_hand = false,
+                                   std::optional<uid_t> viewer = std::nullopt);
   void forget(InodeId id, uint64_t n);
   // A batch of forgets is done: when the kernel has let go of most of what it held, returns
   // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).
@@ -237,13 +239,15 @@ class Filesystem {
   // Constant data.
   const FilesystemOptions options_;
   const std::optional<uint64_t> local_source_dev_;  // see source_is_local
-  cachestore::Result<OpenResult> open_control(InodeId id, int flags);
+  cachestore::Result<OpenResult> open_control(InodeId id, int flags, std::optional<uid_t> viewer);
   // The content of control file id (stats, metrics, verify) now.
-  std::string control_content(InodeId id);
+  // viewer: the user it is made for (control_dir.h, as_seen_by); none: everything.
+  std::string control_content(InodeId id, std::optional<uid_t> viewer);
 
   struct Snapshot {
     InodeId kind;                                // kStatsFileId, kVerifyFileId or kMetricsFileId
     std::shared_ptr<const std::string> content;  // made at the first getattr or read
+    std::optional<uid_t> viewer;                 // who looked it up: whose view it shows
   };
 
   struct SnapshotView {
@@ -259,7 +263,7 @@ class Filesystem {
   void uncharge_open(std::optional<uid_t> opener);
 
   // The entry a lookup of control node id answers (a snapshot's with implicit opens).
-  Entry control_entry(InodeId id);
+  Entry control_entry(InodeId id, std::optional<uid_t> viewer);
   // Snapshot id with its content, made now (outside snapshots_mu_) if it has none yet.
   SnapshotView snapshot(InodeId id) EXCLUDES(snapshots_mu_);
 

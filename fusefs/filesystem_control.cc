@@ -13,35 +13,38 @@ namespace epochfs::fusefs {
 using cachestore::Result;
 using cachestore::Status;
 
-Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/) {
+Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/,
+                                            std::optional<uid_t> viewer) {
   if (!is_control_file(id)) {
     return Status::error(EISDIR, "open .epochfs");
   }
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
-  handle->control_content = control_content(id);
+  handle->control_content = control_content(id, viewer);
   return OpenResult{files_.add(std::move(handle)), false};
 }
 
-std::string Filesystem::control_content(InodeId id) {
-  if (id == kStatsFileId) {
-    return stats_json(engine_.stats(), source_.path(), ::getpid(), inodes_.size(),
-                      options_.implicit_opens);
-  }
-  if (id == kMetricsFileId) {
-    return metrics();
+std::string Filesystem::control_content(InodeId id, std::optional<uid_t> viewer) {
+  if (id == kStatsFileId || id == kMetricsFileId) {
+    prefetch::EngineStats stats = engine_.stats();
+    if (viewer) {
+      stats = as_seen_by(std::move(stats), *viewer);
+    }
+    return id == kStatsFileId ? stats_json(stats, source_.path(), ::getpid(), inodes_.size(),
+                                           options_.implicit_opens)
+                              : metrics_document(stats, options_.labels);
   }
   return verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
 }
 
-Entry Filesystem::control_entry(InodeId id) {
+Entry Filesystem::control_entry(InodeId id, std::optional<uid_t> viewer) {
   if (!options_.implicit_opens || !is_control_file(id)) {
     return Entry{id, control_attr(id)};
   }
   const InodeId snapshot = next_snapshot_id_.fetch_add(1, std::memory_order_relaxed);
   {
     cachestore::MutexLock lock(snapshots_mu_);
-    snapshots_.emplace(snapshot, Snapshot{id, nullptr});
+    snapshots_.emplace(snapshot, Snapshot{id, nullptr, viewer});
   }
   struct stat st = control_attr(id);
   st.st_ino = snapshot;
@@ -50,6 +53,7 @@ Entry Filesystem::control_entry(InodeId id) {
 
 Filesystem::SnapshotView Filesystem::snapshot(InodeId id) {
   InodeId kind;
+  std::optional<uid_t> viewer;
   {
     cachestore::MutexLock lock(snapshots_mu_);
     auto it = snapshots_.find(id);
@@ -60,10 +64,11 @@ Filesystem::SnapshotView Filesystem::snapshot(InodeId id) {
       return SnapshotView{it->second.kind, it->second.content};
     }
     kind = it->second.kind;
+    viewer = it->second.viewer;
   }
   // Made without the lock: verify hashes the whole cache, and FORGET, LOOKUP and GETATTR of
   // every other control node take the lock.
-  auto made = std::make_shared<const std::string>(control_content(kind));
+  auto made = std::make_shared<const std::string>(control_content(kind, viewer));
   cachestore::MutexLock lock(snapshots_mu_);
   auto it = snapshots_.find(id);
   if (it == snapshots_.end()) {

@@ -55,7 +55,7 @@ void op_init(void* /*userdata*/, fuse_conn_info* conn) {
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Filesystem& fs = fs_of(req);
-  auto entry = fs.lookup(parent, name);
+  auto entry = fs.lookup(parent, name, false, fuse_req_ctx(req)->uid);
   if (entry.is_ok()) {
     fuse_entry_param e = make_entry(fs, entry.value().id, entry.value().attr);
     fuse_reply_entry(req, &e);

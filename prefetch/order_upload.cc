@@ -128,6 +128,7 @@ void OrderUpload::register_pending() {
 
 PublishReport OrderUpload::refuse(std::string message) {
   PublishReport r;
+  r.uid = publisher_.uid;
   r.stream = parser_.header().stream.value_or(kind_ == Kind::kManifest ? "manifest" : "");
   r.message = std::move(message);
   r.rejects = std::move(rejects_);

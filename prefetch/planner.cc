@@ -309,6 +309,7 @@ PlannerStats Planner::stats() const {
   out.publishes = publishes_;
   out.publish_failures = publish_failures_;
   out.last_publish = last_publish_;
+  out.last_publish_by_user = last_publish_by_user_;
   for (const auto& [key, job] : jobs_.all()) {
     for (const auto& [name, m] : job.manifests) {
       out.manifest_entries += m->size();

@@ -17,8 +17,11 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +90,7 @@ struct StreamStats {
 };
 
 struct PublishReport {
+  uid_t uid = 0;  // the publisher's
   bool ok = false;
   std::string message;  // one line: what was published, or why not
   std::string stream;
@@ -100,11 +104,15 @@ struct PlannerStats {
   uint64_t publishes = 0;
   uint64_t publish_failures = 0;
   std::optional<PublishReport> last_publish;
+  // Each user's latest verdict: a user's view of the stats shows only their own.
+  std::map<uid_t, PublishReport> last_publish_by_user;
   uint64_t manifest_entries = 0;
   uint64_t schedule_entries = 0;
   uint64_t schedule_bytes = 0;
   uint64_t unscheduled_opens = 0;
   double copy_latency_s = 0;
+  // Streams of users other than the viewer's, left out of a user's view of the stats.
+  uint64_t streams_of_other_users = 0;
   uint64_t jobs = 0;        // jobs holding streams or manifests now
   uint64_t jobs_ended = 0;  // since the mount: their processes exited, or they went idle
   uint64_t publishes_over_limit = 0;
@@ -220,6 +228,7 @@ class Planner final : public cachestore::NextUseOracle {
   uint64_t publishes_ GUARDED_BY(mu_) = 0;
   uint64_t publish_failures_ GUARDED_BY(mu_) = 0;
   std::optional<PublishReport> last_publish_ GUARDED_BY(mu_);
+  std::map<uid_t, PublishReport> last_publish_by_user_ GUARDED_BY(mu_);
   uint64_t unscheduled_opens_ GUARDED_BY(mu_) = 0;
   uint64_t jobs_ended_ GUARDED_BY(mu_) = 0;
   uint64_t publishes_over_limit_ GUARDED_BY(mu_) = 0;

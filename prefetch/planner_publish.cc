@@ -26,6 +26,7 @@ PublishReport Planner::record(PublishReport report) {
     ++publish_failures_;
   }
   last_publish_ = report;
+  last_publish_by_user_[report.uid] = report;
   return report;
 }
 
@@ -115,6 +116,7 @@ void Planner::reset_stream(size_t stream) {
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
                                std::vector<FileId> entries, RejectReport rejects) {
   PublishReport report;
+  report.uid = publisher.uid;
   report.stream = header.stream.value_or(kDefaultStream);
   report.accepted = entries.size();
   report.rejects = std::move(rejects);
@@ -197,6 +199,7 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
 PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderHeader& header,
                                         std::vector<FileId> manifest, RejectReport rejects) {
   PublishReport report;
+  report.uid = publisher.uid;
   const std::string name = header.manifest.value_or(kDefaultManifest);
   report.stream = "manifest";
   report.accepted = manifest.size();

@@ -203,5 +203,43 @@ TEST_CASE("one user holding opens cannot take the daemon's descriptors", "[mount
         }) == 0);
 }
 
+TEST_CASE("a user's stats show their own jobs and others' only as counts", "[mount][tenant]") {
+  Node node(10);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  // The victim's job and order name things the attacker must not learn; the job lives while
+  // its publisher does.
+  Held victim(kVictim, [&] {
+    return write_order(mount, "#job victim-secret-job\nf1\nvictim-secret-path\n");
+  });
+  REQUIRE(victim.result() == 0);
+  // The attacker's own publish, then its view: its stream and verdict, the other's counted.
+  CHECK(run_as(kAttacker, [&] {
+          if (write_order(mount, "#job mine\nf2\n") != 0) {
+            return 1;
+          }
+          auto text = read_file(mount / ".epochfs/stats");
+          auto doc = tools::read_stats(mount.path());
+          if (!text || !doc || contains(*text, "victim-secret")) {
+            return 2;
+          }
+          if (doc->number("prefetch.streams_of_other_users") != 1) {
+            return 3;
+          }
+          return doc->values["prefetch.last_publish.message"].find("job mine") != std::string::npos
+                     ? 0
+                     : 4;
+        }) == 0);
+  auto metrics = run_as(kAttacker, [&] {
+    auto text = read_file(mount / ".epochfs/metrics");
+    return text && !contains(*text, "victim-secret") ? 0 : 1;
+  });
+  CHECK(metrics == 0);
+  // Root sees every stream.
+  auto full = read_file(mount / ".epochfs/stats");
+  REQUIRE(full.has_value());
+  CHECK(contains(*full, "victim-secret-job"));
+  CHECK(stat_of(mount, "prefetch.streams_of_other_users") == 0);
+}
+
 }  // namespace
 }  // namespace epochfs::test
