@@ -162,13 +162,14 @@ Result<long> RootDir::fs_type() const {
   return static_cast<long>(st.f_type);
 }
 
-Status RootDir::access_at(const std::string& rel, int mask) const {
+Status RootDir::access_at(const std::string& rel, int mask, bool effective) const {
   auto fd = open_path_only(rel);
   if (!fd.is_ok()) {
     return fd.status();
   }
   // faccessat2 checks the object an O_PATH fd names (AT_EMPTY_PATH, Linux 5.8).
-  if (syscall(SYS_faccessat2, fd.value().get(), "", mask, AT_EMPTY_PATH) != 0) {
+  const int flags = AT_EMPTY_PATH | (effective ? AT_EACCESS : 0);
+  if (syscall(SYS_faccessat2, fd.value().get(), "", mask, flags) != 0) {
     return Status::error(errno, "access " + rel);
   }
   return Status::ok();

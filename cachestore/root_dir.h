@@ -61,7 +61,9 @@ class RootDir {
   Result<long> fs_type() const;
 
   // access(2) of rel for this process's credentials; a symlink is checked, not followed.
-  Status access_at(const std::string& rel, int mask) const;
+  // effective: with the calling thread's filesystem ids, groups and capabilities
+  // (AT_EACCESS), the path walked with them too; else with the real ids.
+  Status access_at(const std::string& rel, int mask, bool effective = false) const;
 
   // getxattr/listxattr on rel (a symlink itself, not its target). size 0 asks for the size.
   Result<size_t> getxattr_at(const std::string& rel, const char* name, char* buf,

@@ -90,6 +90,7 @@ struct FileHandle {
 // Who sent a request (the kernel's word: fuse_req_ctx).
 struct Caller {
   uid_t uid = 0;
+  gid_t gid = 0;
   pid_t pid = 0;  // the calling thread; 0 if it is in another pid namespace
 };
 

@@ -133,7 +133,7 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,
   handle->upload =
       engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
                                                  : prefetch::OrderUpload::Kind::kOrder,
-                           prefetch::Publisher::of(caller.uid, caller.pid));
+                           prefetch::Publisher::of(caller.uid, caller.gid, caller.pid));
   const InodeId id = next_upload_id_.fetch_add(1, std::memory_order_relaxed);
   return CreateResult{Entry{id, control_attr(id)}, files_.add(std::move(handle))};
 }

@@ -180,7 +180,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t /*mod
                fuse_file_info* fi) {
   Filesystem& fs = fs_of(req);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  auto created = fs.create(parent, name, Caller{ctx->uid, ctx->pid});
+  auto created = fs.create(parent, name, Caller{ctx->uid, ctx->gid, ctx->pid});
   if (!created.is_ok()) {
     reply_status(req, created.status());
     return;

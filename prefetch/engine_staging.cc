@@ -9,6 +9,7 @@
 #include "cachestore/copy.h"
 #include "cachestore/log.h"
 #include "cachestore/on_exit.h"
+#include "prefetch/credentials.h"
 #include "prefetch/engine.h"
 
 namespace epochfs::prefetch {
@@ -121,6 +122,16 @@ void Engine::drain_stats_ahead() {
 void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path) {
   if (planner_->next_use(id) == Planner::kNever) {
     return;  // its order was replaced while the copy waited in the queue
+  }
+  // Staged only with its publisher's rights; refused as a missing file is, so that their
+  // counters cannot tell a file they may not read from one that does not exist.
+  auto reader = planner_->reader_of(stream);
+  if (!reader) {
+    return;  // the stream is gone
+  }
+  if (Status readable = may_read_as(source_, rel_path, *reader); !readable.is_ok()) {
+    planner_->reject_entry(stream, rel_path, readable.to_string());
+    return;
   }
   auto file = open_source(id, rel_path, false);
   if (!file.is_ok()) {

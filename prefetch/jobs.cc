@@ -115,9 +115,10 @@ bool alive(const ProcessRef& p) {
   return start && *start == p.start_ticks;
 }
 
-Publisher Publisher::of(uid_t uid, pid_t tid) {
+Publisher Publisher::of(uid_t uid, gid_t gid, pid_t tid) {
   Publisher p;
   p.uid = uid;
+  p.creds = Credentials::of(uid, gid, tid);
   p.process = process_of(tid);
   if (tid > 0) {
     if (auto sid = stat_field(tid, kSessionField)) {
@@ -131,6 +132,8 @@ Publisher Publisher::of(uid_t uid, pid_t tid) {
 Publisher Publisher::mount() {
   Publisher p;
   p.uid = ::getuid();
+  p.creds.uid = ::geteuid();
+  p.creds.gid = ::getegid();
   p.is_mount = true;
   return p;
 }
@@ -184,6 +187,7 @@ Result<Job*> Jobs::job_for(const Publisher& publisher, const std::optional<std::
     job->anchors.push_back(*anchor);
   }
   job->last_active_ns = now;
+  job->reader = publisher.creds;
   return job;
 }
 

@@ -28,6 +28,7 @@
 
 #include "cachestore/eviction_policy.h"
 #include "cachestore/status.h"
+#include "prefetch/credentials.h"
 
 namespace epochfs::prefetch {
 
@@ -51,13 +52,14 @@ bool alive(const ProcessRef& p);
 // Who wrote an upload, from the FUSE request that created it.
 struct Publisher {
   uid_t uid = 0;
+  Credentials creds;  // whose rights its orders are staged with (prefetch/credentials.h)
   std::optional<ProcessRef> process;  // the writing process
   std::optional<ProcessRef> leader;   // its session's leader
   pid_t sid = 0;
   bool is_mount = false;  // the mount itself (--shuffle-file): its job never ends
 
   // Reads what it needs of tid from /proc now, while the writer is known to run.
-  static Publisher of(uid_t uid, pid_t tid);
+  static Publisher of(uid_t uid, gid_t gid, pid_t tid);
   static Publisher mount();
 };
 
@@ -83,6 +85,7 @@ struct Job {
   bool named = false;  // by #job (anchored on its publishers) or by session (its leader)
   bool permanent = false;
   std::vector<ProcessRef> anchors;  // the job lives while any of these runs
+  Credentials reader;               // its latest publisher's: staging reads with these rights
   std::vector<size_t> streams;      // schedule slots
   std::map<std::string, std::shared_ptr<const std::vector<FileId>>> manifests;
   int64_t last_active_ns = 0;

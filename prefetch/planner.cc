@@ -280,6 +280,14 @@ void Planner::reject_entry(size_t stream, const std::string& path, const std::st
   }
 }
 
+std::optional<Credentials> Planner::reader_of(size_t stream) const {
+  MutexLock lock(mu_);
+  if (stream >= stream_job_.size() || stream_job_[stream] == nullptr) {
+    return std::nullopt;
+  }
+  return stream_job_[stream]->reader;
+}
+
 uint64_t Planner::next_use(FileId id) {
   MutexLock lock(mu_);
   return schedule_.next_use(id);

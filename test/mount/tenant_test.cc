@@ -241,5 +241,38 @@ TEST_CASE("a user's stats show their own jobs and others' only as counts", "[mou
   CHECK(stat_of(mount, "prefetch.streams_of_other_users") == 0);
 }
 
+TEST_CASE("an order is staged only with its publisher's rights", "[mount][tenant]") {
+  Node node(10);
+  // The victim's private directory, and a file of theirs only they may read.
+  const std::string priv = node.dir / "src/private";
+  fs::create_directory(priv);
+  write_files(priv, 1, 5000);
+  fs::create_directory(node.dir / "src/open");
+  write_files(node.dir / "src/open", 1, 6000);
+  fs::permissions(node.dir / "src/open/f0", fs::perms::owner_read);
+  REQUIRE(::chown(priv.c_str(), kVictim, kVictim) == 0);
+  REQUIRE(::chown((priv + "/f0").c_str(), kVictim, kVictim) == 0);
+  fs::permissions(priv, fs::perms::owner_all);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  // The attacker names the victim's file, a root-only file in a readable directory, a missing
+  // one and one it may read: only the last is staged, and the three others are counted alike.
+  Held attack(kAttacker, [&] {
+    return write_order(mount, "#stream probe\nprivate/f0\nopen/f0\nmissing\nf1\n");
+  });
+  REQUIRE(attack.result() == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_staged") == 1);
+  CHECK(stat_of(mount, "cache.bytes_staged") == 4000);
+  CHECK(stat_of(mount, "prefetch.streams.probe.rejected_entries") == 3);
+  // The victim's own order of the same file is staged.
+  Held victim(kVictim, [&] { return write_order(mount, "#stream mine\nprivate/f0\n"); });
+  REQUIRE(victim.result() == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_staged") == 2);
+  CHECK(run_as(kVictim, [&] {
+          return read_file(mount / "private/f0") == read_file(priv + "/f0") ? 0 : 1;
+        }) == 0);
+}
+
 }  // namespace
 }  // namespace epochfs::test
