@@ -18,6 +18,36 @@ constexpr char kDefaultStream[] = "default";
 constexpr char kDefaultManifest[] = "default";
 constexpr int64_t kJobSweepNs = 1'000'000'000;
 
+// An open walks its file's occurrences in every order: a file repeated without bound (one path
+// published 16 M times) would make each open of it, under the planner's lock, as slow as the
+// order is long. Occurrences of one file past Schedule::kMaxRepeats in one epoch are skipped
+// and reported as rejected entries; the trainer's opens of them are then unscheduled.
+void drop_repeats(std::vector<FileId>& entries, RejectReport& rejects) {
+  FileId top = 0;
+  for (FileId id : entries) {
+    top = std::max(top, id);
+  }
+  std::vector<uint8_t> seen(entries.empty() ? 0 : size_t{top} + 1, 0);
+  uint64_t dropped = 0;
+  size_t kept = 0;
+  for (FileId id : entries) {
+    if (seen[id] == Schedule::kMaxRepeats) {
+      ++dropped;
+      continue;
+    }
+    ++seen[id];
+    entries[kept++] = id;
+  }
+  entries.resize(kept);
+  if (dropped > 0) {
+    rejects.total += dropped;
+    if (rejects.examples.size() < RejectReport::kExamples) {
+      rejects.examples.push_back(std::to_string(dropped) + " entries repeat a file more than " +
+                                 std::to_string(Schedule::kMaxRepeats) + " times in the epoch");
+    }
+  }
+}
+
 }  // namespace
 
 PublishReport Planner::record(PublishReport report) {
@@ -118,8 +148,9 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
   PublishReport report;
   report.uid = publisher.uid;
   report.stream = header.stream.value_or(kDefaultStream);
-  report.accepted = entries.size();
   report.rejects = std::move(rejects);
+  drop_repeats(entries, report.rejects);
+  report.accepted = entries.size();
   {
     MutexLock lock(mu_);
     Job* job = job_of(publisher, header, &report);

@@ -54,6 +54,10 @@ class Schedule {
   // Streams over all jobs (a job's own limit is the planner's: prefetch/jobs.h).
   static constexpr size_t kMaxStreams = 1024;
   static constexpr size_t kMaxEpochsPerStream = 4;
+  // Occurrences of one file in one epoch's order (the planner skips those past it): bounds the
+  // walk an open makes over its file's occurrences by kMaxRepeats x epochs x streams, whatever
+  // anyone published.
+  static constexpr uint8_t kMaxRepeats = 16;
   // Entries held over all streams; keeps links within 31 bits.
   static constexpr uint64_t kMaxEntries = (uint64_t{1} << 31) - 1;
 

@@ -107,6 +107,23 @@ TEST_CASE("one user's jobs together hold at most their streams, others get their
   CHECK(planner.publish(user(1001), header("a", "s0"), {1}, {}).ok);
 }
 
+TEST_CASE("an order repeating one file keeps a bounded number of its occurrences", "[jobs]") {
+  Planner planner(PlannerOptions{});
+  // One path a million times, as a hostile order might: an open of it must not walk them all.
+  std::vector<FileId> entries(1'000'000, 7);
+  entries.push_back(8);
+  const auto r = planner.publish(user(1000), header("a", "s0"), std::move(entries), {});
+  REQUIRE(r.ok);
+  CHECK(r.accepted == Schedule::kMaxRepeats + 1);
+  CHECK(r.rejects.total == 1'000'000 - Schedule::kMaxRepeats);
+  CHECK_THAT(r.rejects.examples.at(0), Catch::Contains("repeat a file more than 16 times"));
+  CHECK(planner.stats().schedule_entries == Schedule::kMaxRepeats + 1);
+  // Opens of it are matched, 16 of them; the rest are outside the order.
+  for (int i = 0; i < Schedule::kMaxRepeats; ++i) {
+    CHECK(planner.on_open(7, 1000).has_value());
+  }
+}
+
 TEST_CASE("limits refuse a publish and say which and by how much", "[jobs]") {
   PlannerOptions options;
   options.limits.streams_per_job = 2;
