@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <deque>
 #include <new>
+#include <system_error>
 #include <unordered_set>
 
 #include "cachestore/log.h"
@@ -75,7 +76,7 @@ const Cancel* Cancel::current() { return t_cancel; }
 
 // One call handed to a calling thread.
 struct SourceGuard::Job {
-  std::function<Status()> work;
+  Work work;
   // Its caller waits on it (on Shared::mu): one wake per call ended, not one for every waiter.
   std::optional<cachestore::CondVar> done_cv;
   // Under Shared::mu.
@@ -83,6 +84,7 @@ struct SourceGuard::Job {
   bool done = false;
   bool abandoned = false;  // its caller left: skip it if it has not started
   Status result;
+  std::shared_ptr<void> payload;  // what work put out, this attempt's own
 };
 
 // What the calling threads share with the guard. Owned jointly, so that a thread stuck in a
@@ -123,8 +125,9 @@ void SourceGuard::Shared::serve(std::atomic<bool>* busy_flag) {
       busy_flag->store(true);
     }
     Status result;
+    std::shared_ptr<void> payload;
     try {
-      result = job->work();
+      result = job->work(&payload);
     } catch (const std::bad_alloc&) {
       result = Status::error(ENOMEM, "a call into the source");
     }
@@ -133,6 +136,7 @@ void SourceGuard::Shared::serve(std::atomic<bool>* busy_flag) {
     ++idle;
     job->done = true;
     job->result = std::move(result);
+    job->payload = std::move(payload);
     if (job->done_cv) {
       job->done_cv->notify_one();
     }
@@ -176,7 +180,8 @@ void SourceGuard::start(OnRecovery on_recovery) {
   prober_ = std::thread([this] { probe_loop(); });
 }
 
-Status SourceGuard::run(const std::string& path, bool has_answer, std::function<Status()> work) {
+Status SourceGuard::run(const std::string& path, bool has_answer, const Work& work,
+                        std::shared_ptr<void>* result_out) {
   const int64_t deadline = now_ns() + seconds_to_ns(options_.outage_wait_s);
   bool waited = false;
   for (;;) {
@@ -198,7 +203,8 @@ Status SourceGuard::run(const std::string& path, bool has_answer, std::function<
     auto job = std::make_shared<Job>();
     job->work = work;
     bool cancelled = false;
-    auto result = attempt(job, &cancelled);
+    std::shared_ptr<void> payload;
+    auto result = attempt(job, &cancelled, &payload);
     if (cancelled) {
       interrupted_.fetch_add(1, kRelaxed);
       return Status::error(EINTR, path);
@@ -220,24 +226,45 @@ Status SourceGuard::run(const std::string& path, bool has_answer, std::function<
     if (waited) {
       waited_.fetch_add(1, kRelaxed);
     }
+    *result_out = std::move(payload);
     return *result;
   }
 }
 
-std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool* cancelled) {
+bool SourceGuard::add_thread_if_needed() {
+  if (shared_->idle >= shared_->queue.size() || shared_->threads.size() >= options_.threads) {
+    return true;
+  }
+  try {
+    auto busy = std::make_shared<std::atomic<bool>>(false);
+    std::function<void()> body = [shared = shared_, busy] { shared->serve(busy.get()); };
+    std::thread thread =
+        options_.start_thread ? options_.start_thread(std::move(body)) : std::thread(body);
+    shared_->busy.push_back(busy);  // first: a throw after the thread starts would lose it
+    shared_->threads.push_back(std::move(thread));
+    ++shared_->idle;
+  } catch (const std::system_error& e) {
+    cachestore::log(LogLevel::kWarning, "cannot start a thread to call the source: %s", e.what());
+  } catch (const std::bad_alloc&) {
+    cachestore::log(LogLevel::kWarning, "cannot start a thread to call the source: no memory");
+  }
+  return !shared_->threads.empty();
+}
+
+std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool* cancelled,
+                                           std::shared_ptr<void>* result) {
   if (!shared_ || options_.direct) {
-    return job->work();  // not started (no fork yet, or a test without threads), or local
+    // Not started (no fork yet, or a test without threads), or local: on this thread.
+    return job->work(result);
   }
   const int64_t start = now_ns();
   const int64_t deadline = start + seconds_to_ns(options_.timeout_s);
   MutexLock lock(shared_->mu);
   job->done_cv.emplace(&shared_->mu);
   shared_->queue.push_back(job);
-  if (shared_->idle < shared_->queue.size() && shared_->threads.size() < options_.threads) {
-    auto busy = std::make_shared<std::atomic<bool>>(false);
-    shared_->threads.emplace_back([shared = shared_, busy] { shared->serve(busy.get()); });
-    shared_->busy.push_back(std::move(busy));
-    ++shared_->idle;
+  if (!add_thread_if_needed()) {
+    shared_->queue.pop_back();
+    return Status::error(EIO, "no thread could be started to call the source");
   }
   shared_->work_cv.notify_one();
   shared_->waited_for.insert(job.get());
@@ -254,6 +281,7 @@ std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool
   }
   shared_->waited_for.erase(job.get());
   note_duration(now_ns() - start);
+  *result = std::move(job->payload);
   return job->result;
 }
 
@@ -372,7 +400,7 @@ void SourceGuard::probe_loop() {
       path = probe_path_;
     }
     probe = std::make_shared<Job>();
-    probe->work = [this, path] {
+    probe->work = [this, path](std::shared_ptr<void>* /*out*/) {
       auto st = source_.stat_at(path);
       // A dead connection: the source may have been mounted again where it was.
       if (st.error_code() == ENOTCONN && source_.reopen()) {
@@ -383,7 +411,8 @@ void SourceGuard::probe_loop() {
       return st.status();
     };
     bool cancelled = false;
-    auto result = attempt(probe, &cancelled);
+    std::shared_ptr<void> unused;
+    auto result = attempt(probe, &cancelled, &unused);
     if (result && !is_outage_error(result->error_code())) {
       mark_up();
     }

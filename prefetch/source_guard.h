@@ -54,6 +54,10 @@ struct SourceGuardOptions {
   // which does not blink as shared storage does, and where a hop to another thread would cost
   // more than the call (a quarter of the overlay's cold read rate, measured).
   bool direct = false;
+  // Starts a calling thread; std::thread when empty. Tests inject a failing one: a thread
+  // that cannot start (a cgroup's pids.max, RLIMIT_NPROC, memory) fails the call, not the
+  // daemon.
+  std::function<std::thread(std::function<void()>)> start_thread = nullptr;
 };
 
 enum class SourceState { kOk, kSlow, kDown };
@@ -137,18 +141,27 @@ class SourceGuard {
   // caller has an answer of its own to give if the source is down; then an outage ends the
   // call at once with an outage error (is_outage_error), and the caller gives that answer
   // (count it with served_known()). It ends with EINTR if the thread's Cancel is set.
+  //
+  // Each attempt keeps its result in a slot of its own: an attempt abandoned by its caller
+  // (timed out, cancelled) that returns later destroys its own result (closing an fd it
+  // opened, once) and touches nothing another attempt or the caller holds.
   template <typename T>
   cachestore::Result<T> call(const std::string& path, bool has_answer,
                              std::function<cachestore::Result<T>()> f) {
-    auto slot = std::make_shared<std::optional<cachestore::Result<T>>>();
-    cachestore::Status st = run(path, has_answer, [slot, f = std::move(f)] {
-      *slot = f();
-      return slot->value().is_ok() ? cachestore::Status::ok() : slot->value().status();
-    });
-    if (!slot->has_value() || !st.is_ok()) {
+    std::shared_ptr<void> won;
+    cachestore::Status st = run(
+        path, has_answer,
+        [f = std::move(f)](std::shared_ptr<void>* out) {
+          auto slot = std::make_shared<cachestore::Result<T>>(f());
+          cachestore::Status s = slot->is_ok() ? cachestore::Status::ok() : slot->status();
+          *out = std::move(slot);
+          return s;
+        },
+        &won);
+    if (!won || !st.is_ok()) {
       return st;
     }
-    return std::move(**slot);
+    return std::move(*std::static_pointer_cast<cachestore::Result<T>>(won));
   }
 
   // A copy (on the stager) met this error in the source: an outage error marks it down.
@@ -170,13 +183,21 @@ class SourceGuard {
   struct Job;
   struct Shared;
 
-  // Runs work within the bounds; its status, or the outage's, or EINTR when cancelled. Whether
-  // work ran to its end is told by the returned status being work's own.
-  cachestore::Status run(const std::string& path, bool has_answer,
-                         std::function<cachestore::Status()> work);
-  // One attempt: work on a calling thread, waited for at most the timeout. nullopt if it was
-  // not answered in time (or cancelled: *cancelled is set).
-  std::optional<cachestore::Status> attempt(const std::shared_ptr<Job>& job, bool* cancelled);
+  // A call's work: its status, and its result put in *out (owned by the attempt that made it).
+  using Work = std::function<cachestore::Status(std::shared_ptr<void>* out)>;
+
+  // Runs work within the bounds; its status, or the outage's, or EINTR when cancelled. *result
+  // gets the result of the attempt whose status is returned, if work ran to its end.
+  cachestore::Status run(const std::string& path, bool has_answer, const Work& work,
+                         std::shared_ptr<void>* result);
+  // One attempt: work on a calling thread, waited for at most the timeout; its result moved to
+  // *result. nullopt if it was not answered in time (or cancelled: *cancelled is set). EIO if
+  // no thread could be started to run it.
+  std::optional<cachestore::Status> attempt(const std::shared_ptr<Job>& job, bool* cancelled,
+                                            std::shared_ptr<void>* result);
+  // Starts one more calling thread if none is idle; false if none could be started and none
+  // runs at all.
+  bool add_thread_if_needed() REQUIRES(shared_->mu);
   // Waits until the source is up, the deadline passes, or the thread's Cancel is set. True if
   // it is up.
   bool wait_until_up(int64_t deadline_ns);

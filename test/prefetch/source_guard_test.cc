@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -138,4 +139,60 @@ TEST_CASE("a cancelled caller stops waiting and a late cancel hits no other requ
   hang.released.set_value();
 }
 
+}  // namespace epochfs::prefetch
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST_CASE("a calling thread that cannot start fails the call, not the daemon", "[source_guard]") {
+  Root r;
+  SourceGuardOptions options{1, 5, 4};
+  std::atomic<int> refused{0};
+  options.start_thread = [&](std::function<void()> body) -> std::thread {
+    if (refused.fetch_add(1) == 0) {
+      throw std::system_error(EAGAIN, std::generic_category(), "pthread_create");
+    }
+    return std::thread(std::move(body));
+  };
+  SourceGuard guard(*r.root, options);
+  guard.start({});
+  auto first = guard.call<int>("", false, [] { return Result<int>(1); });
+  CHECK(first.error_code() == EIO);
+  CHECK_FALSE(guard.down());
+  // The next call gets its thread.
+  auto second = guard.call<int>("", false, [] { return Result<int>(2); });
+  REQUIRE(second.is_ok());
+  CHECK(second.value() == 2);
+}
+
+TEST_CASE("abandoned attempts that return at once each keep their own result", "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{0.1, 30, 8});
+  guard.start({});
+  Hang hang;
+  std::atomic<int> attempts{0};
+  std::atomic<int> finished{0};
+  constexpr int kHung = 3;
+  // The first attempts hang (each times out, the source goes down, the prober brings it back
+  // and the caller tries again); the last answers. Then the hung ones all return together,
+  // each with a result of its own (a string on the heap).
+  auto result = guard.call<std::string>("", false, [&]() -> Result<std::string> {
+    const int k = attempts.fetch_add(1);
+    if (k < kHung) {
+      hang.gate.wait();
+      std::string late(4096, static_cast<char>('a' + k));
+      finished.fetch_add(1);
+      return late;
+    }
+    return std::string("answered");
+  });
+  REQUIRE(result.is_ok());
+  CHECK(result.value() == "answered");
+  CHECK(attempts.load() == kHung + 1);
+  hang.released.set_value();
+  wait_until([&] { return finished.load() == kHung; });
+  CHECK(guard.health().timed_out == kHung);
+}
+
+}  // namespace
 }  // namespace epochfs::prefetch
