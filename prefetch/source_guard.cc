@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <new>
 #include <system_error>
 #include <unordered_set>
@@ -185,6 +186,22 @@ Status SourceGuard::run(const std::string& path, bool has_answer, const Work& wo
   const int64_t deadline = now_ns() + seconds_to_ns(options_.outage_wait_s);
   bool waited = false;
   for (;;) {
+    if (hung(path)) {
+      // Its part of the source hangs while the rest answers: only its callers wait.
+      if (has_answer) {
+        return Status::error(ETIMEDOUT, "this part of the source hangs: " + path);
+      }
+      waited = true;
+      if (!wait_until_clear(path, deadline)) {
+        if (cancelled_now()) {
+          interrupted_.fetch_add(1, kRelaxed);
+          return Status::error(EINTR, path);
+        }
+        failed_.fetch_add(1, kRelaxed);
+        return Status::error(EIO, "no answer for this path within --outage-wait: " + path);
+      }
+      continue;
+    }
     if (down()) {
       if (has_answer) {
         return Status::error(ETIMEDOUT, "the source is down: " + path);
@@ -213,6 +230,7 @@ Status SourceGuard::run(const std::string& path, bool has_answer, const Work& wo
       timed_out_.fetch_add(1, kRelaxed);
       char why[96];
       snprintf(why, sizeof why, "no answer within %g s", options_.timeout_s);
+      mark_hung(path);
       mark_down(why, path);
       continue;
     }
@@ -301,6 +319,63 @@ bool SourceGuard::wait_until_up(int64_t deadline_ns) {
   return !down();
 }
 
+bool SourceGuard::wait_until_clear(const std::string& path, int64_t deadline_ns) {
+  if (!shared_) {
+    return false;
+  }
+  MutexLock lock(shared_->mu);
+  while ((hung(path) || down()) && !shared_->stopping) {
+    const int64_t now = now_ns();
+    if (cancelled_now() || now >= deadline_ns || stop_waiting_.load()) {
+      return false;
+    }
+    shared_->changed.wait_for(std::min<std::chrono::nanoseconds>(
+        kCancelPoll, std::chrono::nanoseconds(deadline_ns - now)));
+  }
+  return !hung(path) && !down();
+}
+
+bool SourceGuard::hung(const std::string& path) const {
+  if (hung_count_.load(std::memory_order_acquire) == 0) {
+    return false;  // the usual case: no lock
+  }
+  MutexLock lock(mu_);
+  for (const std::string& h : hung_) {
+    if (path == h ||
+        (path.size() > h.size() && path.compare(0, h.size(), h) == 0 && path[h.size()] == '/')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void SourceGuard::mark_hung(const std::string& path) {
+  if (path.empty()) {
+    return;  // the root: the source as a whole
+  }
+  MutexLock lock(mu_);
+  if (hung_.size() >= kMaxHungPaths || std::find(hung_.begin(), hung_.end(), path) != hung_.end()) {
+    return;
+  }
+  hung_.push_back(path);
+  hung_count_.store(hung_.size(), std::memory_order_release);
+}
+
+void SourceGuard::clear_hung(const std::string& path) {
+  {
+    MutexLock lock(mu_);
+    hung_.erase(std::remove(hung_.begin(), hung_.end(), path), hung_.end());
+    hung_count_.store(hung_.size(), std::memory_order_release);
+  }
+  cachestore::log(LogLevel::kInfo, "the source answers for %s again", path.c_str());
+  wake();
+}
+
+std::vector<std::string> SourceGuard::hung_paths() const {
+  MutexLock lock(mu_);
+  return hung_;
+}
+
 void SourceGuard::stop_waiting() {
   stop_waiting_.store(true);
   wake();
@@ -335,8 +410,7 @@ void SourceGuard::note_duration(int64_t ns) {
 void SourceGuard::mark_down(const std::string& why, const std::string& path) {
   {
     MutexLock lock(mu_);
-    last_error_ = why;
-    probe_path_ = path;
+    last_error_ = why + (path.empty() ? std::string() : " (" + path + ")");
     if (state_.exchange(SourceState::kDown) == SourceState::kDown) {
       return;
     }
@@ -374,11 +448,38 @@ void SourceGuard::mark_up() {
   wake();
 }
 
+bool SourceGuard::probe(std::shared_ptr<Job>& job, const std::optional<std::string>& path) {
+  {
+    MutexLock lock(shared_->mu);
+    if (job && job->started && !job->done) {
+      return false;  // the last probe is still stuck in the source
+    }
+  }
+  job = std::make_shared<Job>();
+  job->work = [this, path](std::shared_ptr<void>* /*out*/) {
+    // statfs of the root reaches the servers (no client answers it from a cache); a stat of
+    // a hung path asks that part of the source again.
+    auto ask = [&] { return path ? source_.stat_at(*path).status() : source_.statfs().status(); };
+    Status st = ask();
+    // A dead connection: the source may have been mounted again where it was.
+    if (st.error_code() == ENOTCONN && source_.reopen()) {
+      cachestore::log(LogLevel::kInfo, "the source's root was opened again by its path (%s)",
+                      source_.path().c_str());
+      st = ask();
+    }
+    return st;
+  };
+  bool cancelled = false;
+  std::shared_ptr<void> unused;
+  auto result = attempt(job, &cancelled, &unused);
+  return result && !is_outage_error(result->error_code());
+}
+
 void SourceGuard::probe_loop() {
   cachestore::name_this_thread("epochfs-probe");
-  std::shared_ptr<Job> probe;
+  std::shared_ptr<Job> root_probe;
+  std::map<std::string, std::shared_ptr<Job>> path_probes;
   for (;;) {
-    bool probing;  // the last probe is still stuck in the source
     {
       // A state change wakes `changed` too: sleep the whole period regardless.
       const int64_t next = now_ns() + std::chrono::nanoseconds(kProbePeriod).count();
@@ -389,32 +490,19 @@ void SourceGuard::probe_loop() {
       if (shared_->stopping) {
         return;
       }
-      probing = probe && probe->started && !probe->done;
     }
-    if (!down() || probing) {
-      continue;
-    }
-    std::string path;
-    {
-      MutexLock lock(mu_);
-      path = probe_path_;
-    }
-    probe = std::make_shared<Job>();
-    probe->work = [this, path](std::shared_ptr<void>* /*out*/) {
-      auto st = source_.stat_at(path);
-      // A dead connection: the source may have been mounted again where it was.
-      if (st.error_code() == ENOTCONN && source_.reopen()) {
-        cachestore::log(LogLevel::kInfo, "the source's root was opened again by its path (%s)",
-                        source_.path().c_str());
-        st = source_.stat_at(path);
-      }
-      return st.status();
-    };
-    bool cancelled = false;
-    std::shared_ptr<void> unused;
-    auto result = attempt(probe, &cancelled, &unused);
-    if (result && !is_outage_error(result->error_code())) {
+    if (down() && probe(root_probe, std::nullopt)) {
       mark_up();
+    }
+    const std::vector<std::string> hung = hung_paths();
+    for (auto it = path_probes.begin(); it != path_probes.end();) {
+      const bool gone = std::find(hung.begin(), hung.end(), it->first) == hung.end();
+      it = gone ? path_probes.erase(it) : std::next(it);
+    }
+    for (const std::string& path : hung) {
+      if (!down() && probe(path_probes[path], path)) {
+        clear_hung(path);
+      }
     }
   }
 }

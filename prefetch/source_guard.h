@@ -13,8 +13,14 @@
 // While the source is down, a caller that has an answer of its own (attributes last read, a
 // copy of the version last checked) is told so at once, without a call; the others wait for
 // the source to come back, at most outage_wait_s from their start, then fail with EIO. A
-// prober asks again, every kProbePeriod, the call that last failed (a stat of that path), and
-// marks the source up when it answers anything but an outage error.
+// prober asks, every kProbePeriod, the source's servers (a statfs of the root, which no client
+// answers from a cache) and marks the source up when they answer anything but an outage error.
+//
+// Health is also kept per path: a call that is not answered marks its path hung as well as the
+// source down. Once the root answers, the source is up again for every other path, while the
+// hung path (one failed file, a dead nested mount, a directory whose server hangs) costs only
+// its own callers: they are answered or wait as in an outage, until the prober's stat of that
+// path answers. At most kMaxHungPaths are kept; past them the source stays down as a whole.
 //
 // Copies call the source on the stager's threads directly: they are off every reader's path.
 // So does every caller when the source is on a local disk (SourceGuardOptions::direct); its
@@ -31,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
@@ -125,6 +132,7 @@ class Cancel {
 class SourceGuard {
  public:
   static constexpr auto kProbePeriod = std::chrono::milliseconds(500);
+  static constexpr size_t kMaxHungPaths = 8;
   // Called when the source comes back (the engine replans its copies).
   using OnRecovery = std::function<void()>;
 
@@ -172,6 +180,10 @@ class SourceGuard {
 
   bool down() const { return state_.load(std::memory_order_acquire) == SourceState::kDown; }
 
+  // Whether path is (or lies under) a path whose call hung while the rest of the source
+  // answers.
+  bool hung(const std::string& path) const EXCLUDES(mu_);
+
   SourceHealth health() const;
   // Wakes every waiting caller so that it looks at its Cancel again.
   void wake();
@@ -201,6 +213,15 @@ class SourceGuard {
   // Waits until the source is up, the deadline passes, or the thread's Cancel is set. True if
   // it is up.
   bool wait_until_up(int64_t deadline_ns);
+  // The same for path's part of the source: true once path is no longer hung (and the source
+  // is up).
+  bool wait_until_clear(const std::string& path, int64_t deadline_ns);
+  // Records that a call about path was not answered; false if no more can be recorded.
+  void mark_hung(const std::string& path) EXCLUDES(mu_);
+  void clear_hung(const std::string& path) EXCLUDES(mu_);
+  std::vector<std::string> hung_paths() const EXCLUDES(mu_);
+  // One probe: a statfs of the root (path nullopt) or a stat of path; true if it answered.
+  bool probe(std::shared_ptr<Job>& job, const std::optional<std::string>& path);
   void mark_down(const std::string& why, const std::string& path);
   void mark_up();
   void note_duration(int64_t ns);
@@ -225,7 +246,8 @@ class SourceGuard {
   int64_t since_wall_s_ GUARDED_BY(mu_) = 0;
   uint64_t outages_ GUARDED_BY(mu_) = 0;
   std::string last_error_ GUARDED_BY(mu_);
-  std::string probe_path_ GUARDED_BY(mu_);  // the path whose call failed last
+  std::vector<std::string> hung_ GUARDED_BY(mu_);  // at most kMaxHungPaths
+  std::atomic<size_t> hung_count_{0};              // hung_.size(): calls skip mu_ when 0
 };
 
 }  // namespace epochfs::prefetch

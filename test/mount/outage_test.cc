@@ -5,6 +5,7 @@
 // resumes when the source is back, and nothing stale is served after it.
 #include <errno.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -175,6 +176,49 @@ TEST_CASE("a hung source: cached files are served while uncached reads wait or f
   wait_source_up(mount);
   // Back: every file reads, the uncached ones from the source.
   check_files(mount.path(), dir / "data", kFiles);
+}
+
+TEST_CASE("one hung path costs only its own callers", "[mount][outage]") {
+  TempDir dir;
+  write_files(dir / "data", kFiles, kSize);
+  std::filesystem::create_directory(dir / "data/d");
+  write_files(dir / "data/d", 1, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt",
+              {"--attr-timeout", "0.2", "--source-timeout", "1", "--outage-wait", "4"});
+  faults.set_rules("lookup /d/f0 hang\n");
+  // A stat of the hung path, in a child: it waits and then fails, alone.
+  const pid_t child = fork();
+  if (child == 0) {
+    struct stat st;
+    _exit(::stat((mount / "d/f0").c_str(), &st) == 0 ? 0 : errno);
+  }
+  // Once its call has timed out and the root answered, the source is up for every other path:
+  // uncached files read, the root lists, the stats say ok.
+  for (int i = 0; i < 100 && stat_of(mount, "source_health.timeouts") < 1; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  REQUIRE(stat_of(mount, "source_health.timeouts") == 1);
+  wait_source_up(mount);
+  for (int i = 1; i < kFiles; ++i) {
+    INFO(name(i));
+    check_same(mount / name(i), dir / ("data/" + name(i)));
+  }
+  CHECK(std::distance(std::filesystem::directory_iterator(mount.path()),
+                      std::filesystem::directory_iterator()) == kFiles + 1);
+  CHECK(stat_of(mount, "source_health.outage_failures") == 0);
+  // The hung one fails after its wait, with EIO; nothing else waited for it.
+  const auto code = wait_child(child, seconds(20));
+  if (!code) {
+    faults.set_rules("");
+    faults.release();
+    waitpid(child, nullptr, 0);
+  }
+  REQUIRE(code.has_value());
+  CHECK(*code == EIO);
+  CHECK(stat_of(mount, "source_health.outage_failures") == 1);
+  faults.set_rules("");
+  faults.release();
 }
 
 TEST_CASE("a source mounted again where it was is opened again by its path", "[mount][outage]") {
