@@ -266,13 +266,25 @@ void Filesystem::release(FileHandle* file) {
 }
 
 Status Filesystem::read_source_instead(FileHandle& file) {
-  cachestore::MutexLock lock(file.fallback_mu);
-  if (!file.reading_copy.load(std::memory_order_acquire)) {
-    return Status::ok();  // another worker switched it already
+  {
+    cachestore::MutexLock lock(file.fallback_mu);
+    if (!file.reading_copy.load(std::memory_order_acquire)) {
+      return Status::ok();  // another worker switched it already
+    }
+    if (!file.copy_dropped) {
+      engine_.drop_failed_copy(file.file);  // once, however many workers met the failure
+      file.copy_dropped = true;
+    }
   }
+  // Opened without fallback_mu: a guarded call may wait --source-timeout and --outage-wait,
+  // and no lock is held across a call into the source (docs/design.md).
   auto fd = engine_.source_instead_of_copy(file.file);
   if (!fd.is_ok()) {
     return fd.status();
+  }
+  cachestore::MutexLock lock(file.fallback_mu);
+  if (!file.reading_copy.load(std::memory_order_acquire)) {
+    return Status::ok();  // another worker switched first; this fd closes here
   }
   // The copy's fd stays open until release: a worker may still be reading from it.
   file.source_fd = std::move(fd).value();

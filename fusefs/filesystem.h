@@ -75,6 +75,7 @@ struct FileHandle {
   std::atomic<bool> reading_copy{false};
   cachestore::Mutex fallback_mu;
   cachestore::UniqueFd source_fd GUARDED_BY(fallback_mu);
+  bool copy_dropped GUARDED_BY(fallback_mu) = false;
   // The kernel's backing id when the kernel reads this open's cached copy itself
   // (fusefs/passthrough.h); 0 when reads come to the daemon.
   uint32_t backing_id = 0;

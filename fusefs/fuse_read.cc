@@ -93,7 +93,7 @@ enum class CopyRead { kSent, kFailed, kNoPipe };
 
 // Answers a read of a cached copy through the worker's pipe. kFailed, with nothing sent, if
 // the copy could not give the bytes its version has: the caller reads the source instead.
-CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+CopyRead reply_from_copy(fuse_req_t req, const FileHandle& file, int fd, size_t size, off_t off) {
   thread_local CopyPipe pipe;
   const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (expected == 0) {
@@ -103,7 +103,7 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
   if (!pipe.ready(off, expected)) {
     return CopyRead::kNoPipe;
   }
-  const ssize_t n = pipe.fill(file.read_fd.load(std::memory_order_acquire), off, expected);
+  const ssize_t n = pipe.fill(fd, off, expected);
   if (n != static_cast<ssize_t>(expected)) {
     pipe.reset();  // drop whatever part was spliced
     return n == -EAGAIN ? CopyRead::kNoPipe : CopyRead::kFailed;
@@ -122,13 +122,13 @@ CopyRead reply_from_copy(fuse_req_t req, FileHandle& file, size_t size, off_t of
 // EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
 // the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
 // replying from the copy's fd instead would hand its error or short read to the reader.
-CopyRead reply_copy_buffered(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
+CopyRead reply_copy_buffered(fuse_req_t req, const FileHandle& file, int fd, size_t size,
+                             off_t off) {
   thread_local std::vector<char> buffer;
   const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (buffer.size() < expected) {
     buffer.resize(expected);  // at most one read's size (max_read) per worker
   }
-  const int fd = file.read_fd.load(std::memory_order_acquire);
   size_t got = 0;
   while (got < expected) {
     const ssize_t n = pread(fd, buffer.data() + got, expected - got, off + static_cast<off_t>(got));
@@ -156,11 +156,14 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
   }
   fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
   std::optional<cachestore::DiskWatch::Op> watch;
-  if (file.reading_copy.load(std::memory_order_acquire)) {
+  // One load says both where to read and whether it is the copy: a worker that saw the copy
+  // flag and then the source's fd would read the source inside a watch of the cache disk.
+  const int fd = file.read_fd.load(std::memory_order_acquire);
+  if (file.file.from_cache && fd == file.file.fd.get()) {
     watch.emplace(fs_of(req).watch_copy_read());
-    CopyRead r = reply_from_copy(req, file, size, off);
+    CopyRead r = reply_from_copy(req, file, fd, size, off);
     if (r == CopyRead::kNoPipe) {
-      r = reply_copy_buffered(req, file, size, off);
+      r = reply_copy_buffered(req, file, fd, size, off);
     }
     if (r == CopyRead::kSent) {
       return;

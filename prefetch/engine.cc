@@ -359,12 +359,15 @@ void Engine::close_file(const OpenFile& file) {
   }
 }
 
-Result<UniqueFd> Engine::source_instead_of_copy(const OpenFile& file) {
+void Engine::drop_failed_copy(const OpenFile& file) {
   cache_->drop(file.id, true);
-  const std::string rel_path = registry_.path_of(file.id);
   cachestore::log(cachestore::LogLevel::kWarning,
                   "cached copy of %s failed while read: reading the source instead",
-                  escape_for_log(rel_path).c_str());
+                  escape_for_log(registry_.path_of(file.id)).c_str());
+}
+
+Result<UniqueFd> Engine::source_instead_of_copy(const OpenFile& file) {
+  const std::string rel_path = registry_.path_of(file.id);
   auto source = open_source(file.id, rel_path, true);
   if (!source.is_ok()) {
     return source.status();

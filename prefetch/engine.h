@@ -175,9 +175,11 @@ class Engine final : public PrefetchSink {
   void close_file(const OpenFile& file);
 
   // Reading file's cached copy failed (an I/O error, or the copy ended early): drops the copy
-  // as damaged and opens the source at the same version for the rest of the reads. An error
-  // if the source changed meanwhile (its bytes would not continue the version being read)
-  // or cannot be opened. file stays pinned until close_file.
+  // as damaged (call once per open), then source_instead_of_copy opens the source at the same
+  // version for the rest of the reads: an error if the source changed meanwhile (its bytes
+  // would not continue the version being read) or cannot be opened. file stays pinned until
+  // close_file.
+  void drop_failed_copy(const OpenFile& file);
   cachestore::Result<cachestore::UniqueFd> source_instead_of_copy(const OpenFile& file);
 
   // bytes were served to a reader of file (from the copy or the source, as it was opened).
