@@ -19,6 +19,7 @@
 
 #include "cachestore/leftovers.h"
 #include "cachestore/log.h"
+#include "cachestore/trusted_path.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -73,6 +74,28 @@ Result<std::pair<UniqueFd, UniqueFd>> build_locked(const std::string& root,
     return fail("rename");
   }
   return std::make_pair(std::move(dir_fd), std::move(lock_fd));
+}
+
+// Makes root, mode 0700, and the directories above it that are missing, mode 0755 (the umask
+// may take more away, never add), then checks that no other user can change it
+// (cachestore/trusted_path.h).
+Status make_trusted_root(const std::string& root) {
+  std::error_code ec;
+  if (!std::filesystem::exists(root, ec)) {
+    const std::filesystem::path parent = std::filesystem::path(root).parent_path();
+    std::filesystem::path above;
+    for (const auto& part : parent) {
+      above /= part;
+      if (::mkdir(above.c_str(), 0755) != 0 && errno != EEXIST) {
+        break;  // the mkdir of root says why
+      }
+    }
+    Status s = make_dir(root, 0700);
+    if (!s.is_ok()) {
+      return s;
+    }
+  }
+  return check_cache_root(root, ::geteuid());
 }
 
 void log_removed(const std::string& root, const Leftover& l) {
@@ -149,13 +172,9 @@ Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& root, const
 
 Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
                                                    const std::string& source_key, bool keep) {
-  std::error_code ec;
-  if (!std::filesystem::exists(root, ec)) {
-    std::filesystem::create_directories(std::filesystem::path(root).parent_path(), ec);
-    Status s = make_dir(root, 0700);
-    if (!s.is_ok()) {
-      return s;
-    }
+  Status trusted = make_trusted_root(root);
+  if (!trusted.is_ok()) {
+    return trusted;
   }
   const std::string key = source_dir_key(source_key);
   const std::string name = key + "." + process_dir_id();

@@ -48,11 +48,13 @@ class CacheDir {
   // The index a kept directory carries from one mount to the next (docs/cache-format.md).
   static constexpr char kIndexName[] = "index";
 
-  // Creates root with mode 0700 if missing, removes directories left by dead mounts of the
-  // same source, renames those of other sources (unless kept) for removal in the background,
-  // then creates and locks this mount's directory. With keep, the newest dead directory of
-  // the same source that has an index is adopted instead (adopted() is true) and the
-  // directory is left in place at destruction. Starts no thread.
+  // Creates root with mode 0700 if missing, and fails (EPERM, saying what to fix) if another
+  // user could change it or a directory above it (cachestore/trusted_path.h). Removes
+  // directories left by dead mounts of the same source, renames those of other sources
+  // (unless kept) for removal in the background, then creates and locks this mount's
+  // directory. With keep, the newest dead directory of the same source that has an index is
+  // adopted instead (adopted() is true) and the directory is left in place at destruction.
+  // Starts no thread.
   static Result<std::unique_ptr<CacheDir>> create(const std::string& root,
                                                   const std::string& source_key, bool keep = false);
 

@@ -634,3 +634,104 @@ TEST_CASE("CacheDir::object_name is a stable one-level fan-out of XXH128", "[cac
 }
 
 }  // namespace epochfs::cachestore
+
+// Issue 34: a root daemon must not use a cache root that another user can change. Tests run as
+// root; uid 65534 (nobody) stands for that other user.
+namespace epochfs::cachestore {
+namespace {
+
+constexpr uid_t kOtherUid = 65534;
+
+void give_to_other_user(const fs::path& p) {
+  REQUIRE(::lchown(p.c_str(), kOtherUid, kOtherUid) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("CacheDir refuses a root another user owns", "[cache_dir][trust]") {
+  if (::geteuid() != 0) {
+    WARN("SKIPPED: making a directory another user's needs root");
+    return;
+  }
+  Scratch t;
+  fs::create_directories(t.root);
+  REQUIRE(::chmod(t.root.c_str(), 0700) == 0);
+  give_to_other_user(t.root);
+  auto dir = CacheDir::create(t.root, kSource);
+  REQUIRE_FALSE(dir.is_ok());
+  INFO(dir.status().to_string());
+  CHECK(dir.status().context().find("owned by uid 65534") != std::string::npos);
+  CHECK(dir.status().context().find("chown 0 " + t.root.string()) != std::string::npos);
+  CHECK(fs::is_empty(t.root));  // nothing made in it
+}
+
+TEST_CASE("CacheDir refuses a root other users can write", "[cache_dir][trust]") {
+  Scratch t;
+  fs::create_directories(t.root);
+  for (mode_t mode : {0777, 0770, 0707, 01777}) {
+    INFO("mode " << std::oct << mode);
+    REQUIRE(::chmod(t.root.c_str(), mode) == 0);
+    auto dir = CacheDir::create(t.root, kSource);
+    REQUIRE_FALSE(dir.is_ok());
+    CHECK(dir.status().context().find("writable by") != std::string::npos);
+    CHECK(fs::is_empty(t.root));
+  }
+}
+
+TEST_CASE("CacheDir refuses a root below a directory another user can change",
+          "[cache_dir][trust]") {
+  if (::geteuid() != 0) {
+    WARN("SKIPPED: making a directory another user's needs root");
+    return;
+  }
+  Scratch t;
+  const fs::path above = t.base / "scratch";
+  const fs::path root = above / "cache";
+  fs::create_directories(root);
+  REQUIRE(::chmod(root.c_str(), 0700) == 0);
+  SECTION("owned by another user, even with the sticky bit") {
+    REQUIRE(::chmod(above.c_str(), 01777) == 0);
+    give_to_other_user(above);
+    auto dir = CacheDir::create(root, kSource);
+    REQUIRE_FALSE(dir.is_ok());
+    CHECK(dir.status().context().find(above.string() + ", above the cache root") !=
+          std::string::npos);
+  }
+  SECTION("world-writable without the sticky bit") {
+    REQUIRE(::chmod(above.c_str(), 0777) == 0);
+    auto dir = CacheDir::create(root, kSource);
+    REQUIRE_FALSE(dir.is_ok());
+    CHECK(dir.status().context().find("writable by") != std::string::npos);
+  }
+  SECTION("reached through a symlink another user owns") {
+    const fs::path link = t.base / "link";
+    fs::create_directory_symlink(above, link);
+    give_to_other_user(link);
+    auto dir = CacheDir::create(link / "cache", kSource);
+    REQUIRE_FALSE(dir.is_ok());
+    CHECK(dir.status().context().find("symlink") != std::string::npos);
+  }
+  CHECK(fs::is_empty(root));
+}
+
+TEST_CASE("CacheDir accepts a private root below a root-owned sticky directory",
+          "[cache_dir][trust]") {
+  Scratch t;
+  // Like a cache dir on a scratch disk mounted with mode 1777, as /tmp is.
+  const fs::path scratch = t.base / "scratch";
+  fs::create_directories(scratch);
+  REQUIRE(::chmod(scratch.c_str(), 01777) == 0);
+  REQUIRE(::chown(scratch.c_str(), 0, 0) == 0);
+  SECTION("made by create") {
+    auto dir = create_ok(scratch / "epochfs" / "cache", kSource);
+    CHECK(dir->path().rfind((scratch / "epochfs" / "cache").string(), 0) == 0);
+  }
+  SECTION("existing, through a root-owned symlink") {
+    fs::create_directories(scratch / "cache");
+    REQUIRE(::chmod((scratch / "cache").c_str(), 0755) == 0);
+    fs::create_directory_symlink(scratch, t.base / "link");
+    auto dir = create_ok(t.base / "link" / "cache", kSource);
+  }
+}
+
+}  // namespace epochfs::cachestore

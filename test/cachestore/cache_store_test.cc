@@ -63,12 +63,15 @@ struct Scratch {
   fs::path cache() const { return base / "cache"; }
 };
 
-// A tmpfs mounted on dir for the guard's life; unmounted lazily if a plain umount fails.
+// A tmpfs mounted on dir for the guard's life; unmounted lazily if a plain umount fails. Mode
+// 0700: the tests use it as the cache root, which must not be writable by others (a tmpfs's
+// root is 1777 by default).
 class TmpfsMount {
  public:
   TmpfsMount(const fs::path& dir, const std::string& options) : dir_(dir) {
     fs::create_directories(dir);
-    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0;
+    const std::string private_options = options + ",mode=0700";
+    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, private_options.c_str()) == 0;
     error_ = mounted_ ? 0 : errno;
   }
 

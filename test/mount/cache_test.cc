@@ -605,7 +605,7 @@ TEST_CASE("direct reads of a cached copy at unaligned offsets get the right byte
 TEST_CASE("a full cache disk falls back to the source and is counted", "[mount][cache]") {
   TempDir dir;
   write_files(dir / "src", 40, 100000);
-  Tmpfs disk(dir / "disk", "size=1m");
+  Tmpfs disk(dir / "disk", "size=1m,mode=0700");
   {
     Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path(), "--cache-reserve", "0"});
     // Another program takes the disk, leaving less than one file's size free: no eviction can
@@ -712,7 +712,7 @@ TEST_CASE("a cache disk out of inodes falls back to the source", "[mount][cache]
 TEST_CASE("a cache disk that reports no inode counts still caches", "[mount][cache]") {
   TempDir dir;
   write_files(dir / "src", 20, 50000);
-  Tmpfs disk(dir / "disk", "size=16m,nr_inodes=0");
+  Tmpfs disk(dir / "disk", "size=16m,nr_inodes=0,mode=0700");
   Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path()});
   check_files(mount.path(), dir / "src", 20);
   wait_for_staging(mount);

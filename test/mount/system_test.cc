@@ -120,7 +120,7 @@ TEST_CASE("doctor says when the FUSE device is missing", "[mount][system]") {
 TEST_CASE("doctor says when the cache disk is full", "[mount][system]") {
   TempDir dir;
   make_small_source(dir / "src");
-  Tmpfs small(dir / "small", "size=1M");
+  Tmpfs small(dir / "small", "size=1M,mode=0700");
   {
     // Fill it up.
     std::ofstream fill(dir / "small/fill", std::ios::binary);
