@@ -98,6 +98,28 @@ Status make_trusted_root(const std::string& root) {
   return check_cache_root(root, ::geteuid());
 }
 
+// Drops from dead the kept directories (with an index) that another user could have written,
+// each with a warning: their copies and index may be forged, so they are not adopted; and as
+// they may not be ours, they are not removed either. Their locks are let go.
+void leave_untrusted_kept(const std::string& root, std::vector<Leftover>& dead) {
+  auto untrusted = [&root](const Leftover& l) {
+    if (l.entry.index_mtime_s < 0) {
+      return false;
+    }
+    const std::string path = root + "/" + l.entry.name;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    const Status s =
+        fd.valid() ? check_kept_dir(fd.get(), path, ::geteuid()) : Status::error(errno, path);
+    if (!s.is_ok()) {
+      log(LogLevel::kWarning,
+          "the kept cache %s is not adopted (nor removed): %s; remove it if it is not yours",
+          path.c_str(), (s.error_code() == EPERM ? s.context() : s.to_string()).c_str());
+    }
+    return !s.is_ok();
+  };
+  dead.erase(std::remove_if(dead.begin(), dead.end(), untrusted), dead.end());
+}
+
 void log_removed(const std::string& root, const Leftover& l) {
   log(LogLevel::kInfo, "removed the cache directory of a dead mount: %s/%s", root.c_str(),
       l.entry.name.c_str());
@@ -181,6 +203,7 @@ Result<std::unique_ptr<CacheDir>> CacheDir::create(const std::string& root,
   const std::string path = root + "/" + name;
   int others = 0;
   std::vector<Leftover> dead = sort_leftovers(root, key, &others);
+  leave_untrusted_kept(root, dead);
   // With keep, the newest leftover that has an index is adopted; every other one is removed.
   auto newest = std::max_element(dead.begin(), dead.end(), [](const auto& a, const auto& b) {
     return a.entry.index_mtime_s < b.entry.index_mtime_s;

@@ -53,8 +53,9 @@ class CacheDir {
   // directories left by dead mounts of the same source, renames those of other sources
   // (unless kept) for removal in the background, then creates and locks this mount's
   // directory. With keep, the newest dead directory of the same source that has an index is
-  // adopted instead (adopted() is true) and the directory is left in place at destruction.
-  // Starts no thread.
+  // adopted instead (adopted() is true) and the directory is left in place at destruction. A
+  // kept directory another user could have written is neither adopted nor removed: it is left
+  // with a warning. Starts no thread.
   static Result<std::unique_ptr<CacheDir>> create(const std::string& root,
                                                   const std::string& source_key, bool keep = false);
 

@@ -3,6 +3,7 @@
 // vouches for and checks each one against its hash at its first open.
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "cachestore/copy.h"
 #include "cachestore/index_file.h"
 #include "cachestore/log.h"
+#include "cachestore/trusted_path.h"
 
 namespace epochfs::cachestore {
 
@@ -76,13 +78,17 @@ void CacheStore::load_index() {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir_->path(), ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it.depth() == 0) {
-      continue;  // the lock file and the fan-out directories
+    if (it.depth() == 0 || std::filesystem::is_directory(it->symlink_status(ec))) {
+      continue;  // the lock file, the index and the fan-out directories
     }
     const std::string name = std::filesystem::relative(it->path(), dir_->path()).string();
     auto w = wanted.find(name);
+    // Not followed if a link. A copy another user could write might change after its check.
+    struct stat st;
+    const bool trusted = ::fstatat(dir_->fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                         trusted_copy(st, ::geteuid());
     // A copy of a version has that version's size: an index saying otherwise is damaged.
-    if (w != wanted.end() && it->file_size(ec) == w->second.size &&
+    if (trusted && w != wanted.end() && static_cast<uint64_t>(st.st_size) == w->second.size &&
         w->second.version.size == static_cast<int64_t>(w->second.size)) {
       kept_.push_back(std::move(w->second));
       wanted.erase(w);

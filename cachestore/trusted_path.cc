@@ -1,8 +1,11 @@
 #include "cachestore/trusted_path.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +13,8 @@
 #include <filesystem>
 #include <system_error>
 #include <utility>
+
+#include "cachestore/unique_fd.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -172,10 +177,79 @@ Status walk(const std::string& path, uid_t uid, Role last, const std::string& ro
   return check_dir(cur, st, uid, last, root);
 }
 
+// An entry of a kept directory: uid's, writable by uid alone, and no symlink.
+Status check_kept_entry(const std::string& p, const struct stat& st, uid_t uid) {
+  if (S_ISLNK(st.st_mode)) {
+    return refuse(p + " is a symlink");
+  }
+  if (st.st_uid != uid) {
+    return refuse(p + " is owned by uid " + num(st.st_uid) + ", not by this daemon's user (" +
+                  num(uid) + ")");
+  }
+  if ((st.st_mode & kOthersWrite) != 0) {
+    return refuse(p + " has mode " + octal(st.st_mode) + ", writable by other users");
+  }
+  return Status::ok();
+}
+
+// Checks the entries of the directory dir_fd (at path). Regular files are skipped if
+// skip_files (the copies of a fan-out directory, checked as they are adopted); directories are
+// descended into while depth > 0.
+Status check_kept_entries(int dir_fd, const std::string& path, uid_t uid, int depth,
+                          bool skip_files) {
+  UniqueFd dup(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+  if (d == nullptr) {
+    return Status::error(errno, "opendir " + path);
+  }
+  dup.release();  // closedir closes it
+  ::rewinddir(d);
+  Status result;
+  // readdir is safe on a stream no other thread uses (glibc); the check cannot tell.
+  while (struct dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe)
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+        (skip_files && e->d_type == DT_REG)) {
+      continue;
+    }
+    const std::string p = path + "/" + e->d_name;
+    struct stat st;
+    if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      result = Status::error(errno, "stat " + p);
+      break;
+    }
+    result = check_kept_entry(p, st, uid);
+    if (result.is_ok() && S_ISDIR(st.st_mode)) {
+      UniqueFd sub(::openat(dir_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      result = !sub.valid() ? Status::error(errno, "open " + p)
+               : depth > 0  ? check_kept_entries(sub.get(), p, uid, depth - 1, true)
+                            : refuse(p + " is a directory deeper than a fan-out one");
+    }
+    if (!result.is_ok()) {
+      break;
+    }
+  }
+  ::closedir(d);
+  return result;
+}
+
 }  // namespace
 
 Status check_cache_root(const std::string& path, uid_t uid) {
   return walk(path, uid, Role::kRoot, path);
+}
+
+Status check_kept_dir(int dir_fd, const std::string& path, uid_t uid) {
+  struct stat st;
+  if (::fstat(dir_fd, &st) != 0) {
+    return Status::error(errno, "stat " + path);
+  }
+  Status s = check_kept_entry(path, st, uid);
+  // Depth 1: the lock, the index and the fan-out directories, then what the latter hold.
+  return s.is_ok() ? check_kept_entries(dir_fd, path, uid, 1, false) : s;
+}
+
+bool trusted_copy(const struct stat& st, uid_t uid) {
+  return S_ISREG(st.st_mode) && st.st_uid == uid && (st.st_mode & kOthersWrite) == 0;
 }
 
 }  // namespace epochfs::cachestore

@@ -12,6 +12,9 @@
 // root's or the daemon user's, and the directories it leads through are checked as well. ACLs
 // are not looked at.
 //
+// A kept directory (--keep-cache) is checked the same way before it is adopted: it, its
+// fan-out directories and its index must be the daemon user's and writable by it alone.
+//
 // Thread-safety: free functions with no shared state. They read the filesystem as it is now;
 // a path that passes cannot be changed afterwards by anyone but root and uid.
 #pragma once
@@ -28,5 +31,14 @@ namespace epochfs::cachestore {
 // Ok if no user but root and uid can change what path, an existing cache root, names or holds
 // (see above). Otherwise an error (EPERM) whose context says what is wrong and how to fix it.
 Status check_cache_root(const std::string& path, uid_t uid);
+
+// Ok if the kept directory dir_fd (at path, for messages), its entries and the entries of its
+// fan-out directories but the copies (regular files in them) are uid's and writable by uid
+// alone. The copies are checked one by one as they are adopted (trusted_copy).
+Status check_kept_dir(int dir_fd, const std::string& path, uid_t uid);
+
+// Whether st, a copy in a kept directory, is a regular file of uid's that no one else may
+// write.
+bool trusted_copy(const struct stat& st, uid_t uid);
 
 }  // namespace epochfs::cachestore

@@ -635,8 +635,8 @@ TEST_CASE("CacheDir::object_name is a stable one-level fan-out of XXH128", "[cac
 
 }  // namespace epochfs::cachestore
 
-// Issue 34: a root daemon must not use a cache root that another user can change. Tests run as
-// root; uid 65534 (nobody) stands for that other user.
+// Issue 34: a root daemon must not use a cache root, or adopt a kept directory, that another
+// user can change. Tests run as root; uid 65534 (nobody) stands for that other user.
 namespace epochfs::cachestore {
 namespace {
 
@@ -644,6 +644,13 @@ constexpr uid_t kOtherUid = 65534;
 
 void give_to_other_user(const fs::path& p) {
   REQUIRE(::lchown(p.c_str(), kOtherUid, kOtherUid) == 0);
+}
+
+void give_tree_to_other_user(const fs::path& p) {
+  give_to_other_user(p);
+  for (const auto& e : fs::recursive_directory_iterator(p)) {
+    give_to_other_user(e.path());
+  }
 }
 
 }  // namespace
@@ -732,6 +739,42 @@ TEST_CASE("CacheDir accepts a private root below a root-owned sticky directory",
     fs::create_directory_symlink(scratch, t.base / "link");
     auto dir = create_ok(t.base / "link" / "cache", kSource);
   }
+}
+
+TEST_CASE("CacheDir does not adopt a kept directory another user could have written",
+          "[cache_dir][trust]") {
+  if (::geteuid() != 0) {
+    WARN("SKIPPED: making a directory another user's needs root");
+    return;
+  }
+  Scratch t;
+  const std::string prefix = prefix_for(t.root, kSource);
+  const fs::path kept = t.root / (prefix + "999999-1");
+  make_kept(kept);
+  REQUIRE(::chmod(kept.c_str(), 0700) == 0);
+  REQUIRE(::chmod((kept / "ab").c_str(), 0700) == 0);
+  SECTION("the directory is another user's") { give_tree_to_other_user(kept); }
+  SECTION("only its index is another user's") { give_to_other_user(kept / CacheDir::kIndexName); }
+  SECTION("its fan-out directory is writable by all") {
+    REQUIRE(::chmod((kept / "ab").c_str(), 0777) == 0);
+  }
+  SECTION("the directory is writable by its group") { REQUIRE(::chmod(kept.c_str(), 0770) == 0); }
+  auto dir = CacheDir::create(t.root, kSource, true);
+  REQUIRE(dir.is_ok());
+  CHECK_FALSE(dir.value()->adopted());
+  // Left in place, neither adopted nor removed.
+  CHECK(read_file(kept / "ab" / "abcd0000000000000000000000000000") == "old copy");
+  CHECK(fs::is_regular_file(kept / CacheDir::kIndexName));
+}
+
+TEST_CASE("CacheDir still adopts a kept directory that is its own", "[cache_dir][trust]") {
+  Scratch t;
+  const std::string prefix = prefix_for(t.root, kSource);
+  const fs::path kept = t.root / (prefix + "999999-1");
+  make_kept(kept);
+  auto dir = CacheDir::create(t.root, kSource, true);
+  REQUIRE(dir.is_ok());
+  CHECK(dir.value()->adopted());
 }
 
 }  // namespace epochfs::cachestore

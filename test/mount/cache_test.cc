@@ -23,7 +23,10 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <xxhash.h>
 
+#include "cachestore/cache_dir.h"
+#include "cachestore/index_file.h"
 #include "cachestore/unique_fd.h"
 #include "test/mount/mount_fixture.h"
 #include "test/mount/source_tree.h"
@@ -873,6 +876,40 @@ TEST_CASE("a kept cache killed in the middle of large copies serves no partial c
     dirs += e.is_directory() ? 1 : 0;
   }
   CHECK(dirs == 1);
+}
+
+// Issue 34: a user who could write in the cache root planted a "kept" directory of its own,
+// with copies and an index that vouches for them, and a root daemon adopted it and served its
+// bytes to everyone.
+TEST_CASE("a kept cache owned by another user is not adopted", "[mount][cache][keep]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 50000);
+  const std::vector<std::string> keep = {"--cache-dir", dir / "cache", "--keep-cache"};
+  read_all_and_unmount(dir / "src", dir / "mnt", keep, 2);
+  const std::string kept = kept_dir(dir / "cache");
+  // Forge it: f0's copy gets other bytes of the same size and the index their hash, and the
+  // whole directory goes to user nobody, as if that user had made it.
+  auto copies = cachestore::parse_index(read_file(kept + "/index").value_or(""));
+  REQUIRE(copies);
+  const std::string forged(50000, 'X');
+  bool found = false;
+  for (auto& c : *copies) {
+    if (fs::path(c.path).filename() == "f0") {
+      std::ofstream(kept + "/" + cachestore::CacheDir::object_name(c.path), std::ios::trunc)
+          << forged;
+      c.hash = XXH3_64bits(forged.data(), forged.size());
+      found = true;
+    }
+  }
+  REQUIRE(found);
+  std::ofstream(kept + "/index", std::ios::trunc) << cachestore::format_index(*copies);
+  REQUIRE(run_command({"chown", "-R", "65534:65534", kept}).exit_code == 0);
+
+  Mount mount(dir / "src", dir / "mnt", keep);
+  check_same(mount / "f0", dir / "src/f0");
+  CHECK(stat_of(mount, "hits") == 0);
+  // Left where it was, for its owner or the operator: not ours to remove.
+  CHECK(fs::exists(kept + "/index"));
 }
 
 TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][cache]") {
