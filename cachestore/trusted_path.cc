@@ -238,6 +238,10 @@ Status check_cache_root(const std::string& path, uid_t uid) {
   return walk(path, uid, Role::kRoot, path);
 }
 
+Status check_cache_root_parent(const std::string& path, const std::string& root, uid_t uid) {
+  return walk(path, uid, Role::kAbove, root);
+}
+
 Status check_kept_dir(int dir_fd, const std::string& path, uid_t uid) {
   struct stat st;
   if (::fstat(dir_fd, &st) != 0) {

@@ -32,6 +32,10 @@ namespace epochfs::cachestore {
 // (see above). Otherwise an error (EPERM) whose context says what is wrong and how to fix it.
 Status check_cache_root(const std::string& path, uid_t uid);
 
+// The same for the directories above root, a cache root not made yet: path, existing, is the
+// nearest of them, and gets the rule of a directory above the root. For `epochfs doctor`.
+Status check_cache_root_parent(const std::string& path, const std::string& root, uid_t uid);
+
 // Ok if the kept directory dir_fd (at path, for messages), its entries and the entries of its
 // fan-out directories but the copies (regular files in them) are uid's and writable by uid
 // alone. The copies are checked one by one as they are adopted (trusted_copy).

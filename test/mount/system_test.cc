@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -134,6 +135,35 @@ TEST_CASE("doctor says when the cache disk is full", "[mount][system]") {
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "PROBLEM  cache dir " + dir / "small" + " is full"));
   CHECK(contains(r.output, "is on tmpfs"));
+}
+
+TEST_CASE("doctor says when another user could change the cache dir", "[mount][system]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::create_directories(dir / "cache");
+  fs::create_directories(dir / "mnt");
+  SECTION("the cache dir is another user's") {
+    REQUIRE(::chown((dir / "cache").c_str(), 65534, 65534) == 0);
+    const CommandResult r = run_epochfs({"doctor", dir / "src", "--cache-dir", dir / "cache"});
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.output, "PROBLEM  cache dir " + dir / "cache" + ": cache root " +
+                                 dir / "cache" + " is owned by uid 65534"));
+    // The mount refuses it with the same words.
+    const CommandResult m =
+        run_epochfs({"mount", dir / "src", dir / "mnt", "--cache-dir", dir / "cache"});
+    INFO(m.output);
+    CHECK(m.exit_code == 1);
+    CHECK(contains(m.output, "cache root " + dir / "cache" + " is owned by uid 65534"));
+  }
+  SECTION("it is not made yet, below a directory all can write") {
+    REQUIRE(::chmod((dir / "cache").c_str(), 0777) == 0);
+    const CommandResult r =
+        run_epochfs({"doctor", dir / "src", "--cache-dir", dir / "cache/epochfs"});
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.output, dir / "cache" + ", above the cache root " + dir / "cache/epochfs"));
+  }
 }
 
 TEST_CASE("doctor on a healthy mount and on a stale one", "[mount][system]") {

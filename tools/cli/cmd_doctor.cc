@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cachestore/fs_type.h"
+#include "cachestore/trusted_path.h"
 #include "cachestore/unique_fd.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
@@ -159,13 +160,28 @@ std::string existing_dir(std::string path) {
   return path;
 }
 
+// The mount's own check (cachestore/trusted_path.h), on the cache dir or, if it is not made
+// yet, on the nearest directory above it.
+void check_cache_dir_owner(const DoctorOptions& o, const std::string& wanted,
+                           const std::string& dir, Report& r) {
+  const cachestore::Status s = dir == wanted
+                                   ? cachestore::check_cache_root(dir, geteuid())
+                                   : cachestore::check_cache_root_parent(dir, wanted, geteuid());
+  if (!s.is_ok()) {
+    r.problem("cache dir %s: %s", o.cache_dir.c_str(),
+              (s.error_code() == EPERM ? s.context() : s.to_string()).c_str());
+  }
+}
+
 void check_cache_dir(const DoctorOptions& o, Report& r) {
-  const std::string dir = existing_dir(absolute_path(o.cache_dir));
+  const std::string wanted = absolute_path(o.cache_dir);
+  const std::string dir = existing_dir(wanted);
   struct statfs fs;
   if (::statfs(dir.c_str(), &fs) != 0) {
     r.problem("cache dir %s: %s", o.cache_dir.c_str(), strerror(errno));
     return;
   }
+  check_cache_dir_owner(o, wanted, dir, r);
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     r.problem(
         "cache dir %s: %s is not writable by this user: pass --cache-dir with a "
