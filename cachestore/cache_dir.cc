@@ -4,9 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,11 +21,6 @@
 
 namespace epochfs::cachestore {
 namespace {
-
-constexpr int kRemoverNice = 10;
-constexpr int kIoprioClassBestEffort = 2;  // IOPRIO_CLASS_BE, linux/ioprio.h
-constexpr int kIoprioLowest = 7;
-constexpr int kIoprioClassShift = 13;
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -162,16 +155,6 @@ std::vector<Leftover> sort_leftovers(const std::string& root, const std::string&
   return own;
 }
 
-// Background work, like the stager's copies (prefetch/stager.cc): nice 10 and the lowest
-// best-effort I/O priority for the calling thread and the threads it starts later, so that
-// readers, copies and the kernel's own unmount win the CPU and the disk.
-void lower_this_thread() {
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  ::setpriority(PRIO_PROCESS, tid, kRemoverNice);
-  ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
-            (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowest);
-}
-
 }  // namespace
 
 Result<std::unique_ptr<CacheDir>> CacheDir::adopt(const std::string& root, const std::string& from,
@@ -274,7 +257,7 @@ void CacheDir::remove_trash() const {
   // Failures are harmless. Named, so that a test can see when it has finished
   // (/proc/<pid>/task/*/comm).
   name_this_thread("epochfs-cleaner");
-  lower_this_thread();
+  lower_this_thread_priority();  // readers, copies and the unmount go first
   for (CacheDirEntry& e : list_cache_dirs(root_)) {
     if (stop_removal_.load(std::memory_order_relaxed)) {
       return;
@@ -308,7 +291,7 @@ CacheDir::~CacheDir() {
   own.entry.name = *removal_name_;
   // The mount is over; measured with 1.28 million copies, the kernel was still tearing the
   // superblock down (evicting every inode it held) while this ran.
-  lower_this_thread();
+  lower_this_thread_priority();
   const Status s = remove_leftover(root_, own);
   if (!s.is_ok()) {
     log(LogLevel::kWarning, "cannot remove the cache directory %s: %s", path_.c_str(),

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -35,6 +38,22 @@ namespace epochfs::cachestore {
 // Names the calling thread (at most 15 characters), as `top -H`, perf and
 // /proc/<pid>/task/*/comm show it: an operator sees which of the daemon's threads is busy.
 inline void name_this_thread(const char* name) { ::prctl(PR_SET_NAME, name, 0, 0, 0); }
+
+// Makes the calling thread background work: nice 10 and the lowest best-effort I/O priority,
+// so that readers win the CPU and the disk; threads it starts later inherit both. For the
+// stager's copies, the removal of dead mounts' caches and verify. A thread cannot take the
+// priority back without CAP_SYS_NICE, so lower only threads that do nothing else. Failures
+// are harmless: the work then competes as an equal.
+inline void lower_this_thread_priority() {
+  constexpr int kNice = 10;
+  constexpr int kIoprioClassBestEffort = 2;  // IOPRIO_CLASS_BE, linux/ioprio.h
+  constexpr int kIoprioLowest = 7;
+  constexpr int kIoprioClassShift = 13;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  ::setpriority(PRIO_PROCESS, tid, kNice);
+  ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
+            (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowest);
+}
 
 // The monotonic clock, in nanoseconds, that every timeout and age in epochfs is measured on.
 inline int64_t now_ns() {

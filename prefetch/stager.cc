@@ -1,9 +1,5 @@
 #include "prefetch/stager.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <boost/asio/post.hpp>
 
 #include "cachestore/log.h"
@@ -12,19 +8,10 @@ namespace epochfs::prefetch {
 namespace {
 
 // Copies are background work: a reader waiting on the source must win the CPU and the disk.
-// So each pool thread runs at nice 10 and at the lowest best-effort I/O priority. Failures
-// are harmless (the copy just competes as an equal).
-constexpr int kStagerNice = 10;
-constexpr int kIoprioClassBestEffort = 2;  // IOPRIO_CLASS_BE, linux/ioprio.h
-constexpr int kIoprioLowest = 7;
-constexpr int kIoprioClassShift = 13;
-
+// So each pool thread runs at background priority (cachestore/sync.h).
 bool lower_thread_priority() {
   cachestore::name_this_thread("epochfs-stage");
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  ::setpriority(PRIO_PROCESS, tid, kStagerNice);
-  ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
-            (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowest);
+  cachestore::lower_this_thread_priority();
   return true;
 }
 
