@@ -4,7 +4,8 @@
 // never see it. A real ".epochfs" in the source is shadowed. Today it holds `stats`, a
 // read-only JSON snapshot taken when the file is opened (docs/stats.md), `metrics`, the same
 // figures in Prometheus's text format (fusefs/metrics.h), and `verify`: opening it checks
-// every cached copy against its hash and gives the result as JSON (epochfs verify).
+// every cached copy against its hash and gives the result as JSON (epochfs verify); only root
+// and the daemon's user may.
 // Writing a new file into it publishes a shuffle order (or, named `manifest`, a manifest); the
 // close reports whether it was published. Its
 // nodes have fixed ids far above any the InodeTable hands out, and the kernel's references to them

@@ -107,9 +107,13 @@ Result<std::string> Filesystem::path_of(InodeId id) const {
 }
 
 Result<Entry> Filesystem::lookup(InodeId parent, std::string_view name, bool at_hand,
-                                 std::optional<uid_t> viewer) {
+                                 std::optional<uid_t> caller) {
   if (auto control = control_lookup(parent, name)) {
-    return control_entry(*control, viewer);
+    if (*control == kVerifyFileId && options_.implicit_opens && !may_verify(caller)) {
+      // No OPEN will come: each reader of a control file looks it up first (control_entry).
+      return Status::error(EACCES, "lookup .epochfs/verify");
+    }
+    return control_entry(*control, caller);
   }
   if (is_control(parent)) {
     return Status::error(ENOENT, std::string(name));

@@ -128,9 +128,11 @@ class Filesystem {
   // Looks name up in parent; on success the kernel holds one more reference to the result.
   // at_hand: only from attributes read within the timeout, never a call into the source (a
   // listing's entries: the listing does without the others' attributes); EAGAIN otherwise.
-  // viewer: the user looking up, whose view of a control file's snapshot it gets (no-open).
+  // caller: the user asking (none: the daemon itself): whose view of a control file's
+  // snapshot it gets (no-open), and with --data-path no-open a lookup of .epochfs/verify is
+  // where a user who may not verify is refused (EACCES).
   cachestore::Result<Entry> lookup(InodeId parent, std::string_view name, bool at_hand = false,
-                                   std::optional<uid_t> viewer = std::nullopt);
+                                   std::optional<uid_t> caller = std::nullopt);
   void forget(InodeId id, uint64_t n);
   // A batch of forgets is done: when the kernel has let go of most of what it held, returns
   // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).
@@ -143,7 +145,8 @@ class Filesystem {
   cachestore::Result<DirHandle*> opendir(InodeId id, std::optional<uid_t> opener = std::nullopt);
   void releasedir(DirHandle* dir);
   // opener: the user opening it, whose streams the open may advance (prefetch/jobs.h), and
-  // whom the handle is charged to (EMFILE past --max-opens-per-user).
+  // whom the handle is charged to (EMFILE past --max-opens-per-user), and who must be root or
+  // the daemon's own user to open .epochfs/verify (else EACCES).
   cachestore::Result<OpenResult> open(InodeId id, int flags,
                                       std::optional<uid_t> opener = std::nullopt);
   void release(FileHandle* file);
@@ -219,6 +222,9 @@ class Filesystem {
 
   const InodeTable& inodes() const { return inodes_; }
 
+  // Who may open .epochfs/verify: root, the daemon's own user, and the daemon itself (none).
+  static bool may_verify(std::optional<uid_t> caller);
+
   prefetch::EngineStats engine_stats() const { return engine_.stats(); }
 
  private:
@@ -241,7 +247,7 @@ class Filesystem {
   // Constant data.
   const FilesystemOptions options_;
   const std::optional<uint64_t> local_source_dev_;  // see source_is_local
-  cachestore::Result<OpenResult> open_control(InodeId id, int flags, std::optional<uid_t> viewer);
+  cachestore::Result<OpenResult> open_control(InodeId id, int flags, std::optional<uid_t> opener);
   // The content of control file id (stats, metrics, verify) now.
   // viewer: the user it is made for (control_dir.h, as_seen_by); none: everything.
   std::string control_content(InodeId id, std::optional<uid_t> viewer);

@@ -2,6 +2,7 @@
 // snapshot per open, or per read with no-open) and order uploads (a file written into
 // .epochfs/ and published at its flush or fsync).
 #include <errno.h>
+#include <unistd.h>
 
 #include "cachestore/log.h"
 #include "cachestore/path.h"
@@ -13,14 +14,22 @@ namespace epochfs::fusefs {
 using cachestore::Result;
 using cachestore::Status;
 
+bool Filesystem::may_verify(std::optional<uid_t> caller) {
+  return !caller || *caller == 0 || *caller == ::getuid();
+}
+
 Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/,
-                                            std::optional<uid_t> viewer) {
+                                            std::optional<uid_t> opener) {
   if (!is_control_file(id)) {
     return Status::error(EISDIR, "open .epochfs");
   }
+  if (id == kVerifyFileId && !may_verify(opener)) {
+    // Each verify reads the whole cache: not for every user of a shared mount to start.
+    return Status::error(EACCES, "open .epochfs/verify");
+  }
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
-  handle->control_content = control_content(id, viewer);
+  handle->control_content = control_content(id, opener);
   return OpenResult{files_.add(std::move(handle)), false};
 }
 

@@ -940,6 +940,31 @@ TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][
   check_files(mount.path(), dir / "src", 4);
 }
 
+TEST_CASE("only root and the mount's owner may run verify but all may read stats",
+          "[mount][cache][control]") {
+  TempDir dir;
+  write_files(dir / "src", 2, 1000);
+  fs::permissions(dir.path(),
+                  fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  Mount mount(dir / "src", dir / "mnt", {"--allow-other"});
+  check_files(mount.path(), dir / "src", 2);
+  wait_for_staging(mount);
+  const auto open_as_nobody = [](const std::string& path) {
+    return run_as_nobody([&] {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        return errno;
+      }
+      ::close(fd);
+      return 0;
+    });
+  };
+  CHECK(open_as_nobody(mount / ".epochfs/verify") == EACCES);
+  CHECK(open_as_nobody(mount / ".epochfs/stats") == 0);
+  CHECK(open_as_nobody(mount / ".epochfs/metrics") == 0);
+  CHECK(read_file(mount / ".epochfs/verify").has_value());  // root may
+}
+
 TEST_CASE("a new cache directory is private to its owner", "[mount][cache][lifecycle]") {
   TempDir dir;
   write_files(dir / "src", 1, 10);

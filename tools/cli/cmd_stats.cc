@@ -1,4 +1,5 @@
 // `epochfs stats`: the mount's statistics as a table, or the raw JSON document.
+#include <errno.h>
 #include <stdio.h>
 
 #include <fstream>
@@ -16,7 +17,12 @@ namespace {
 // Reads and parses the control file <mountpoint>/.epochfs/<name>; says why not on stderr.
 std::optional<std::pair<std::string, StatsDoc>> read_control(const std::string& mountpoint,
                                                              const std::string& name) {
+  errno = 0;
   std::ifstream in(mountpoint + "/.epochfs/" + name);
+  if (!in && errno == EACCES && name == "verify") {
+    fprintf(stderr, "epochfs: only root and the mount's owner may verify %s\n", mountpoint.c_str());
+    return std::nullopt;
+  }
   std::stringstream text;
   text << in.rdbuf();
   auto doc = parse_stats(text.str());
