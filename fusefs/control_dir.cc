@@ -283,7 +283,7 @@ void data_path_fields(std::ostringstream& out, bool implicit_opens) {
 }
 
 std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid,
-                       uint64_t inodes, bool implicit_opens) {
+                       uint64_t inodes, bool implicit_opens, const VerifyFigures& verify) {
   std::ostringstream out;
   JsonObject o(out, 0);
   o.field("format", uint64_t{1});
@@ -305,6 +305,8 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);
   o.field("waits_abandoned", s.waits_abandoned);
+  o.field("verify_runs", verify.runs);
+  o.field("verify_opens_shared", verify.shared);
   source_fields(o.start("source_health"), s.source);
   data_path_fields(o.start("data_path"), implicit_opens);
   cache_fields(o.start("cache"), s);

@@ -5,7 +5,7 @@
 // read-only JSON snapshot taken when the file is opened (docs/stats.md), `metrics`, the same
 // figures in Prometheus's text format (fusefs/metrics.h), and `verify`: opening it checks
 // every cached copy against its hash and gives the result as JSON (epochfs verify); only root
-// and the daemon's user may.
+// and the daemon's user may, one run at a time (Filesystem::verify_document).
 // Writing a new file into it publishes a shuffle order (or, named `manifest`, a manifest); the
 // close reports whether it was published. Its
 // nodes have fixed ids far above any the InodeTable hands out, and the kernel's references to them
@@ -67,10 +67,18 @@ prefetch::EngineStats as_seen_by(prefetch::EngineStats stats, uid_t viewer);
 // The JSON document served as .epochfs/verify.
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 
+// How .epochfs/verify has been used (Filesystem::verify_document).
+struct VerifyFigures {
+  uint64_t runs = 0;    // verifies run
+  uint64_t shared = 0;  // opens that waited for a verify under way and shared its document
+};
+
+// The JSON document served as .epochfs/stats.
 // implicit_opens: the mount runs with --data-path no-open.
 // inodes: the entries the kernel holds references to now.
 std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid,
-                       uint64_t inodes, bool implicit_opens = false);
+                       uint64_t inodes, bool implicit_opens = false,
+                       const VerifyFigures& verify = {});
 
 // The Prometheus text served as .epochfs/metrics and written to --metrics-file.
 std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount);

@@ -251,6 +251,18 @@ class Filesystem {
   // The content of control file id (stats, metrics, verify) now.
   // viewer: the user it is made for (control_dir.h, as_seen_by); none: everything.
   std::string control_content(InodeId id, std::optional<uid_t> viewer);
+  // .epochfs/verify's document: from a run started now, or, if one is running, from that one
+  // (waited for).
+  std::string verify_document() EXCLUDES(verify_mu_);
+  // One verify, in a thread of its own at background priority, while the caller waits.
+  std::string run_verify();
+
+  // A verify under way; its document is set, then done, under verify_mu_.
+  struct VerifyRun {
+    std::string document;
+    bool done = false;
+    bool failed = false;  // out of memory: the waiters fail too
+  };
 
   struct Snapshot {
     InodeId kind;                                // kStatsFileId, kVerifyFileId or kMetricsFileId
@@ -285,6 +297,11 @@ class Filesystem {
   std::atomic<InodeId> next_snapshot_id_{kSnapshotIdBase};
   cachestore::Mutex snapshots_mu_;
   std::unordered_map<InodeId, Snapshot> snapshots_ GUARDED_BY(snapshots_mu_);
+  cachestore::Mutex verify_mu_;
+  cachestore::CondVar verify_done_{&verify_mu_};
+  std::shared_ptr<VerifyRun> verify_run_ GUARDED_BY(verify_mu_);  // null: none running
+  std::atomic<uint64_t> verify_runs_{0};                          // verifies run
+  std::atomic<uint64_t> verify_shared_{0};  // opens of verify that shared a run under way
   // Last: its opens are released (into files_ and the engine) before anything else goes.
   ImplicitOpens implicit_{*this, options_.implicit_opens_kept};
 };

@@ -4,6 +4,11 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include <new>
+#include <system_error>
+#include <thread>
+#include <vector>
+
 #include "cachestore/log.h"
 #include "cachestore/path.h"
 #include "fusefs/control_dir.h"
@@ -39,11 +44,86 @@ std::string Filesystem::control_content(InodeId id, std::optional<uid_t> viewer)
     if (viewer) {
       stats = as_seen_by(std::move(stats), *viewer);
     }
-    return id == kStatsFileId ? stats_json(stats, source_.path(), ::getpid(), inodes_.size(),
-                                           options_.implicit_opens)
-                              : metrics_document(stats, options_.labels);
+    if (id == kMetricsFileId) {
+      return metrics_document(stats, options_.labels);
+    }
+    return stats_json(stats, source_.path(), ::getpid(), inodes_.size(), options_.implicit_opens,
+                      VerifyFigures{verify_runs_.load(std::memory_order_relaxed),
+                                    verify_shared_.load(std::memory_order_relaxed)});
   }
-  return verify_json(engine_.verify_cache(), engine_.stats().cache_enabled);
+  return verify_document();
+}
+
+std::string Filesystem::verify_document() {
+  auto fresh = std::make_shared<VerifyRun>();
+  std::shared_ptr<VerifyRun> run;
+  {
+    cachestore::MutexLock lock(verify_mu_);
+    if (!verify_run_) {
+      verify_run_ = fresh;
+    }
+    run = verify_run_;
+  }
+  if (run != fresh) {
+    // One at a time: a second reader of the whole cache would only slow the first, and every
+    // reader of the mount with them. This one's document is the running one's.
+    verify_shared_.fetch_add(1, std::memory_order_relaxed);
+    cachestore::MutexLock lock(verify_mu_);
+    while (!run->done) {
+      verify_done_.wait();
+    }
+    if (run->failed) {
+      throw std::bad_alloc();
+    }
+    return run->document;
+  }
+  verify_runs_.fetch_add(1, std::memory_order_relaxed);
+  std::string document;
+  bool failed = false;
+  try {
+    document = run_verify();
+  } catch (const std::bad_alloc&) {
+    failed = true;
+  }
+  {
+    cachestore::MutexLock lock(verify_mu_);
+    run->document = std::move(document);  // read only once done, and never changed again
+    run->failed = failed;
+    run->done = true;
+    verify_run_.reset();
+  }
+  verify_done_.notify_all();
+  if (failed) {
+    throw std::bad_alloc();
+  }
+  return run->document;
+}
+
+std::string Filesystem::run_verify() {
+  cachestore::VerifyReport report;
+  bool failed = false;
+  const auto work = [&] {
+    try {
+      report = engine_.verify_cache();
+    } catch (const std::bad_alloc&) {
+      failed = true;
+    }
+  };
+  try {
+    std::thread runner([&work] {
+      // Background work, and nothing else runs on this thread (cachestore/sync.h).
+      cachestore::name_this_thread("epochfs-verify");
+      cachestore::lower_this_thread_priority();
+      work();
+    });
+    runner.join();
+  } catch (const std::system_error&) {
+    work();  // no thread to be had: in this worker, at its priority
+  }
+  if (failed) {
+    throw std::bad_alloc();
+  }
+  return verify_json(report, engine_.stats().cache_enabled);
 }
 
 Entry Filesystem::control_entry(InodeId id, std::optional<uid_t> viewer) {

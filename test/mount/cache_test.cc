@@ -962,7 +962,63 @@ TEST_CASE("only root and the mount's owner may run verify but all may read stats
   CHECK(open_as_nobody(mount / ".epochfs/verify") == EACCES);
   CHECK(open_as_nobody(mount / ".epochfs/stats") == 0);
   CHECK(open_as_nobody(mount / ".epochfs/metrics") == 0);
+  CHECK(stat_of(mount, "verify_runs") == 0);                // refused before any hashing
   CHECK(read_file(mount / ".epochfs/verify").has_value());  // root may
+  CHECK(stat_of(mount, "verify_runs") == 1);
+}
+
+TEST_CASE("a verify opened while one runs waits for it and shares its document",
+          "[mount][cache][control]") {
+  TempDir dir;
+  write_files(dir / "src", 3, 10000);
+  fs::create_directories(dir / "cachedisk");
+  FaultFs disk(dir / "cachedisk", dir / "cache");
+  Mount mount(dir / "src", dir / "mnt", {"--cache-dir", disk.path()});
+  check_files(mount.path(), dir / "src", 3);
+  wait_for_staging(mount);
+  REQUIRE(tools::drop_page_cache());
+  const auto injected = [&] {
+    const std::string s = disk.stats();
+    const size_t at = s.find("\"injected\": ");
+    return at == std::string::npos ? 0 : std::stoi(s.substr(at + 12));
+  };
+  // Each verifier writes the document it read to a file of its own.
+  const auto start_verifier = [&](const std::string& out) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const auto doc = read_file(mount / ".epochfs/verify");
+      std::ofstream(out) << doc.value_or("");
+      _exit(doc ? 0 : 1);
+    }
+    REQUIRE(pid > 0);
+    return pid;
+  };
+  disk.set_rules("read /* hang\n");
+  const pid_t first = start_verifier(dir / "first");
+  // Until the first verify is stuck on the cache disk, mid-run.
+  for (int i = 0; i < 1000 && injected() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(injected() > 0);
+  const int hung = injected();
+  const pid_t second = start_verifier(dir / "second");
+  for (int i = 0; i < 1000 && stat_of(mount, "verify_opens_shared") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(stat_of(mount, "verify_opens_shared") == 1);
+  CHECK(injected() == hung);  // the second read nothing of the cache itself
+  disk.set_rules("");
+  disk.release();
+  CHECK(tools::wait_exit(first, std::chrono::seconds(60)) == std::optional<int>(0));
+  CHECK(tools::wait_exit(second, std::chrono::seconds(60)) == std::optional<int>(0));
+  CHECK(stat_of(mount, "verify_runs") == 1);
+  const auto one = read_file(dir / "first");
+  REQUIRE(one.has_value());
+  CHECK(contains(*one, "\"checked\": 3"));
+  CHECK(read_file(dir / "second") == one);
+  // Once it is over, the next verify runs afresh.
+  CHECK(read_file(mount / ".epochfs/verify").has_value());
+  CHECK(stat_of(mount, "verify_runs") == 2);
 }
 
 TEST_CASE("a new cache directory is private to its owner", "[mount][cache][lifecycle]") {
