@@ -402,6 +402,7 @@ VerifyReport CacheStore::verify_all() {
     std::string name;
     uint64_t size = 0;
     uint64_t expected = 0;
+    FileVersion version;
     {
       MutexLock lock(mu_);
       auto it = entries_.find(id);
@@ -412,6 +413,7 @@ VerifyReport CacheStore::verify_all() {
       name = CacheDir::object_name(it->second.key);
       size = it->second.size();
       expected = it->second.hash;
+      version = it->second.version;
     }
     UniqueFd fd = open_object(name);
     struct stat st;
@@ -435,6 +437,7 @@ VerifyReport CacheStore::verify_all() {
     }
     if (!good) {
       log(LogLevel::kWarning, "cache: copy %s is damaged; dropped", name.c_str());
+      report.dropped.push_back(version);
     }
     unpin(id);  // removes the copy if it was found damaged
   }

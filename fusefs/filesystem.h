@@ -222,6 +222,14 @@ class Filesystem {
 
   const InodeTable& inodes() const { return inodes_; }
 
+  // How pages the kernel cached for a node are dropped (the FUSE session's notification); set
+  // before serving. Called from no request handler and with no lock held.
+  using InvalidatePages = std::function<void(InodeId)>;
+
+  void set_invalidate_pages(InvalidatePages invalidate) {
+    invalidate_pages_ = std::move(invalidate);
+  }
+
   // Who may open .epochfs/verify: root, the daemon's own user, and the daemon itself (none).
   static bool may_verify(std::optional<uid_t> caller);
 
@@ -252,7 +260,7 @@ class Filesystem {
   // viewer: the user it is made for (control_dir.h, as_seen_by); none: everything.
   std::string control_content(InodeId id, std::optional<uid_t> viewer);
   // .epochfs/verify's document: from a run started now, or, if one is running, from that one
-  // (waited for).
+  // (waited for). Either way its damaged copies are dropped, from the kernel's page cache too.
   std::string verify_document() EXCLUDES(verify_mu_);
   // One verify, in a thread of its own at background priority, while the caller waits.
   std::string run_verify();
@@ -297,6 +305,7 @@ class Filesystem {
   std::atomic<InodeId> next_snapshot_id_{kSnapshotIdBase};
   cachestore::Mutex snapshots_mu_;
   std::unordered_map<InodeId, Snapshot> snapshots_ GUARDED_BY(snapshots_mu_);
+  InvalidatePages invalidate_pages_;  // set before serving, constant after
   cachestore::Mutex verify_mu_;
   cachestore::CondVar verify_done_{&verify_mu_};
   std::shared_ptr<VerifyRun> verify_run_ GUARDED_BY(verify_mu_);  // null: none running

@@ -101,12 +101,30 @@ std::string Filesystem::verify_document() {
 
 std::string Filesystem::run_verify() {
   cachestore::VerifyReport report;
+  std::vector<InodeId> nodes;
   bool failed = false;
   const auto work = [&] {
     try {
       report = engine_.verify_cache();
+      for (const auto& version : report.dropped) {
+        if (auto node = inodes_.node_of(version)) {
+          nodes.push_back(*node);
+        }
+      }
     } catch (const std::bad_alloc&) {
       failed = true;
+      return;
+    }
+    // Pages the kernel read from a dropped copy would keep serving its damaged bytes (the
+    // file's version did not change, so the next open keeps them). Dropped before the
+    // document is out, so that a read after it gets the source's bytes. Not from a request
+    // handler, and with no lock held: the kernel may wait on a page a READ of that file
+    // holds, which another worker answers.
+    for (InodeId node : nodes) {
+      implicit_.drop(node);  // no-open: a read past offset 0 would reuse the damaged copy's open
+      if (invalidate_pages_) {
+        invalidate_pages_(node);
+      }
     }
   };
   try {

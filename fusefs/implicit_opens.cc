@@ -56,6 +56,18 @@ void ImplicitOpens::keep(InodeId ino, std::shared_ptr<Lease> lease) {
   }
 }
 
+void ImplicitOpens::drop(InodeId ino) {
+  std::shared_ptr<Lease> dropped;  // released after the lock: a Lease never closes under mu_
+  cachestore::MutexLock lock(mu_);
+  auto it = leases_.find(ino);
+  if (it == leases_.end()) {
+    return;
+  }
+  dropped = std::move(it->second.first);
+  order_.erase(it->second.second);
+  leases_.erase(it);
+}
+
 size_t ImplicitOpens::kept() const {
   cachestore::MutexLock lock(mu_);
   return leases_.size();

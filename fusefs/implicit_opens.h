@@ -55,6 +55,10 @@ class ImplicitOpens {
   cachestore::Result<std::shared_ptr<Lease>> for_read(InodeId ino, uint64_t offset,
                                                       std::optional<uid_t> opener = std::nullopt);
 
+  // Lets the open kept for ino go (its copy was found damaged): the next read opens afresh.
+  // A read in flight keeps it until done.
+  void drop(InodeId ino);
+
   size_t kept() const;
 
  private:

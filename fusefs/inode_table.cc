@@ -128,6 +128,15 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
   return true;
 }
 
+std::optional<InodeId> InodeTable::node_of(const FileVersion& v) const {
+  MutexLock lock(mu_);
+  auto it = by_key_.find(Key{static_cast<dev_t>(v.dev), v.ino});
+  if (it == by_key_.end()) {
+    return std::nullopt;
+  }
+  return it->second;
+}
+
 std::optional<std::string> InodeTable::path_of(InodeId id) const {
   FileId path;
   {

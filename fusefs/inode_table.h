@@ -79,6 +79,10 @@ class InodeTable {
   // version then gets a new node.
   bool note_version(InodeId id, const FileVersion& version);
 
+  // The node the kernel holds for the file of version v (by its device and inode number),
+  // if any: the one whose pages were read from v's cached copy.
+  std::optional<InodeId> node_of(const FileVersion& v) const;
+
   size_t size() const;
 
   // After the kernel has forgotten most of the entries it once held (a walk of a huge tree

@@ -242,6 +242,14 @@ int run_mount(const MountOptions& options) {
     fprintf(stderr, "epochfs: cannot create the FUSE session (see the message above)\n");
     return 1;
   }
+  // Verify drops damaged copies from the kernel's page cache too (Filesystem::run_verify).
+  fs.set_invalidate_pages([session = se.get()](InodeId id) {
+    const int rc = fuse_lowlevel_notify_inval_inode(session, id, 0, 0);
+    if (rc != 0 && rc != -ENOENT) {  // ENOENT: the kernel has no such node any more
+      cachestore::log(LogLevel::kWarning, "cannot drop the kernel's pages of a damaged copy: %s",
+                      cachestore::error_text(-rc).c_str());
+    }
+  });
   if (fuse_set_signal_handlers(se.get()) != 0) {
     fprintf(stderr, "epochfs: cannot install signal handlers\n");
     return 1;

@@ -967,6 +967,37 @@ TEST_CASE("only root and the mount's owner may run verify but all may read stats
   CHECK(stat_of(mount, "verify_runs") == 1);
 }
 
+TEST_CASE("a copy verify drops is dropped from the kernel's page cache too",
+          "[mount][cache][control]") {
+  // Passthrough reads the copy's own pages, which go with it; classic and no-open keep the
+  // FUSE file's pages across opens of an unchanged file.
+  const std::string data_path = GENERATE(as<std::string>{}, "classic", "no-open");
+  INFO("data path " << data_path);
+  TempDir dir;
+  write_files(dir / "src", 1, 60000);
+  Mount mount(dir / "src", dir / "mnt", {"--data-path", data_path});
+  check_same(mount / "f0", dir / "src/f0");
+  wait_for_staging(mount);
+  auto objects = cached_objects(mount.cache_root());
+  REQUIRE(objects.size() == 1);
+  {
+    std::fstream f(objects[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x01');  // same size: only the hash can tell
+  }
+  REQUIRE(tools::drop_page_cache());
+  const auto source = read_file(dir / "src/f0");
+  REQUIRE(source.has_value());
+  // Read once through the mount: the damaged bytes are now in the kernel's page cache.
+  const auto damaged = read_file(mount / "f0");
+  REQUIRE(damaged.has_value());
+  REQUIRE(*damaged != *source);
+  REQUIRE(read_file(mount / ".epochfs/verify").has_value());
+  CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
+  // No drop_caches here: the verify itself must have dropped the pages.
+  CHECK(read_file(mount / "f0") == source);
+}
+
 TEST_CASE("a verify opened while one runs waits for it and shares its document",
           "[mount][cache][control]") {
   TempDir dir;
