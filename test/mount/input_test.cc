@@ -386,7 +386,8 @@ TEST_CASE("control files publish the same order however they are written", "[mou
   }
   REQUIRE(publish(mount, big) == 0);
   const Verdict big_whole = last_verdict(mount);
-  CHECK(big_whole == Verdict{true, 40000, 0});
+  // Each of the 4 names counts 16 times in one epoch; the other repeats are skipped.
+  CHECK(big_whole == Verdict{true, 64, 40000 - 64});
   std::vector<size_t> chunks;
   for (size_t at = 128 * 1024; at < big.size(); at += 128 * 1024) {
     chunks.push_back(at);
