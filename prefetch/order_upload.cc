@@ -2,6 +2,7 @@
 
 #include <errno.h>
 
+#include <algorithm>
 #include <string>
 
 namespace epochfs::prefetch {
@@ -30,38 +31,55 @@ cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {
   }
   next_offset_ += bytes.size();
   parser_.feed(bytes);
-  if (entries_.size() > max_entries_) {
+  if (broken_ && over_limit_) {
+    return cachestore::Status::error(EDQUOT, *broken_);
+  }
+  return cachestore::Status::ok();
+}
+
+bool OrderUpload::make_room(size_t entries, size_t path_bytes) {
+  if (broken_) {
+    return false;
+  }
+  if (entries > max_entries_) {
     broken_ = "more than " + std::to_string(max_entries_) +
               " entries, over the per-user limit (--max-entries-per-user " +
               std::to_string(max_entries_) + ")";
     over_limit_ = true;
     drop_held();
-    return cachestore::Status::error(EDQUOT, *broken_);
+    return false;
   }
-  return charge_held();
-}
-
-cachestore::Status OrderUpload::charge_held() {
-  const uint64_t held = entries_.capacity() * sizeof(FileId) + pending_paths_.capacity() +
-                        pending_ends_.capacity() * sizeof(uint32_t);
-  if (ledger_ == nullptr || held <= charged_) {
-    return cachestore::Status::ok();
+  if (ledger_ == nullptr) {
+    return true;  // not charged: the buffers grow as they will
   }
-  cachestore::Status charged = ledger_->charge(publisher_.uid, held - charged_);
-  if (!charged.is_ok()) {
-    broken_ = charged.context();
-    over_limit_ = true;
-    drop_held();
-    return charged;
+  const auto grown = [](size_t capacity, size_t need) {
+    return need <= capacity ? capacity : std::max(need, capacity + capacity / 2 + 64);
+  };
+  const size_t e = grown(entries_.capacity(), entries);
+  const size_t p = grown(pending_paths_.capacity(), pending_paths_.size() + path_bytes);
+  const size_t n = grown(pending_ends_.capacity(), pending_ends_.size() + (path_bytes > 0));
+  const uint64_t held = e * sizeof(FileId) + p + n * sizeof(uint32_t);
+  if (held > charged_) {
+    cachestore::Status charged = ledger_->charge(publisher_.uid, held - charged_);
+    if (!charged.is_ok()) {
+      broken_ = charged.context();
+      over_limit_ = true;
+      drop_held();
+      return false;
+    }
+    charged_ = held;
   }
-  charged_ = held;
-  return charged;
+  entries_.reserve(e);
+  pending_paths_.reserve(p);
+  pending_ends_.reserve(n);
+  return true;
 }
 
 void OrderUpload::drop_held() {
-  entries_ = {};
-  pending_paths_ = {};
-  pending_ends_ = {};
+  // Swapped out, not assigned: assigning an empty string keeps the old one's buffer.
+  std::vector<FileId>().swap(entries_);
+  std::string().swap(pending_paths_);
+  std::vector<uint32_t>().swap(pending_ends_);
   if (ledger_ != nullptr && charged_ > 0) {
     ledger_->release(publisher_.uid, charged_);
   }
@@ -69,8 +87,14 @@ void OrderUpload::drop_held() {
 }
 
 void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
+  const bool paths = kind_ == Kind::kManifest || parser_.form() == OrderForm::kPaths;
+  const bool known = paths && registry_.find(entry).has_value();
+  // Index i of a manifest names the i-th entry line: a rejected line keeps its index.
+  const size_t after = kind_ == Kind::kManifest ? parser_.entry_lines() : entries_.size() + 1;
+  if (!make_room(after, paths && !known ? entry.size() : 0)) {
+    return;  // over a limit: the upload is broken and holds nothing
+  }
   if (kind_ == Kind::kManifest) {
-    // Index i names the i-th entry line: a rejected line keeps its index, as kNoFile.
     entries_.resize(parser_.entry_lines() - 1, Planner::kNoFile);
     entries_.push_back(id_or_pending(entry));
     return;
@@ -122,8 +146,8 @@ void OrderUpload::register_pending() {
       e = ids[e & ~kPending];
     }
   }
-  pending_paths_ = {};
-  pending_ends_ = {};
+  std::string().swap(pending_paths_);
+  std::vector<uint32_t>().swap(pending_ends_);
 }
 
 PublishReport OrderUpload::refuse(std::string message) {

@@ -60,9 +60,10 @@ class OrderUpload {
   // Registers the pending paths and puts their ids in place.
   void register_pending();
   PublishReport refuse(std::string message);
-  // Charges what the upload holds now beyond what it was charged; on a refusal the upload
-  // breaks and lets go of it all.
-  cachestore::Status charge_held();
+  // Grows the buffers for `entries` entries and a new path of path_bytes, charging the growth
+  // to the writer before it is made, so that an upload never holds more than its writer's
+  // limit. False if a limit refused it: the upload is broken and has let go of everything.
+  bool make_room(size_t entries, size_t path_bytes);
   // Drops the entries and paths gathered and gives back their charge.
   void drop_held();
 

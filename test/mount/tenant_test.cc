@@ -109,10 +109,12 @@ int train(const Mount& mount, const std::string& src) {
 
 TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][tenant]") {
   Node node(10);
-  Mount mount(node.dir / "src", node.dir / "mnt",
-              {"--allow-other", "--max-upload-memory-per-user", "1M", "--max-upload-memory", "4M"});
-  // 64 MiB of distinct new paths into one upload, held open: every write up to the refused one
-  // keeps the daemon's upload memory within the limit, and the rest are refused.
+  Mount mount(
+      node.dir / "src", node.dir / "mnt",
+      {"--allow-other", "--max-upload-memory-per-user", "64M", "--max-upload-memory", "256M"});
+  const double rss_before = rss_kib(mount.pid());
+  // 128 MiB of distinct new paths into one upload, held open: every write up to the refused
+  // one keeps the daemon's upload memory within the limit, and the rest are refused.
   Held attack(kAttacker, [&] {
     const int fd = ::open((mount / ".epochfs/big").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -121,7 +123,7 @@ TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][
     std::string chunk;
     int refused = 0;
     int first_error = 0;
-    for (int round = 0; round < 1024; ++round) {
+    for (int round = 0; round < 2048; ++round) {
       chunk.clear();
       while (chunk.size() < (64 << 10) - 128) {
         chunk += std::string(80, 'x') + "/" + std::to_string(round) + "/" +
@@ -130,7 +132,7 @@ TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][
       if (::write(fd, chunk.data(), chunk.size()) < 0) {
         first_error = first_error == 0 ? errno : first_error;
         ++refused;
-      } else if (stat_in(mount, "prefetch.upload_bytes").value_or(1e18) > (1 << 20)) {
+      } else if (stat_in(mount, "prefetch.upload_bytes").value_or(1e18) > (64 << 20)) {
         return 2;
       }
     }
@@ -141,6 +143,8 @@ TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][
   });
   CHECK(attack.result() == 0);
   CHECK(stat_in(mount, "prefetch.upload_bytes") == 0);
+  // What the refused upload held went back to the system, not just out of the ledger.
+  CHECK(rss_kib(mount.pid()) < rss_before + 16 * 1024);
   CHECK(stat_in(mount, "prefetch.uploads_over_limit") == 1);
   CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
 }
