@@ -102,6 +102,10 @@ struct SourceGuard::Shared {
   std::vector<std::shared_ptr<std::atomic<bool>>> busy GUARDED_BY(mu);  // one per thread
 
   void serve(std::atomic<bool>* busy_flag);
+  // Starts one more calling thread if none is idle (self: this, shared with the thread); false
+  // if none could be started and none runs at all.
+  bool add_thread_if_needed(const std::shared_ptr<Shared>& self, const SourceGuardOptions& options)
+      REQUIRES(mu);
 };
 
 void SourceGuard::Shared::serve(std::atomic<bool>* busy_flag) {
@@ -186,28 +190,15 @@ Status SourceGuard::run(const std::string& path, bool has_answer, const Work& wo
   const int64_t deadline = now_ns() + seconds_to_ns(options_.outage_wait_s);
   bool waited = false;
   for (;;) {
-    if (hung(path)) {
-      // Its part of the source hangs while the rest answers: only its callers wait.
+    // The source down, or only this path's part of it (hung while the rest answers).
+    const bool part = hung(path);
+    if (part || down()) {
       if (has_answer) {
-        return Status::error(ETIMEDOUT, "this part of the source hangs: " + path);
+        return Status::error(
+            ETIMEDOUT, (part ? "this part of the source hangs: " : "the source is down: ") + path);
       }
       waited = true;
       if (!wait_until_clear(path, deadline)) {
-        if (cancelled_now()) {
-          interrupted_.fetch_add(1, kRelaxed);
-          return Status::error(EINTR, path);
-        }
-        failed_.fetch_add(1, kRelaxed);
-        return Status::error(EIO, "no answer for this path within --outage-wait: " + path);
-      }
-      continue;
-    }
-    if (down()) {
-      if (has_answer) {
-        return Status::error(ETIMEDOUT, "the source is down: " + path);
-      }
-      waited = true;
-      if (!wait_until_up(deadline)) {
         if (cancelled_now()) {
           interrupted_.fetch_add(1, kRelaxed);
           return Status::error(EINTR, path);
@@ -249,24 +240,29 @@ Status SourceGuard::run(const std::string& path, bool has_answer, const Work& wo
   }
 }
 
-bool SourceGuard::add_thread_if_needed() {
-  if (shared_->idle >= shared_->queue.size() || shared_->threads.size() >= options_.threads) {
+bool SourceGuard::Shared::add_thread_if_needed(const std::shared_ptr<Shared>& self,
+                                               const SourceGuardOptions& options) {
+  if (idle >= queue.size() || threads.size() >= options.threads) {
     return true;
   }
   try {
-    auto busy = std::make_shared<std::atomic<bool>>(false);
-    std::function<void()> body = [shared = shared_, busy] { shared->serve(busy.get()); };
+    auto busy_flag = std::make_shared<std::atomic<bool>>(false);
+    std::function<void()> body = [self, busy_flag] { self->serve(busy_flag.get()); };
+    // Room first: once the thread runs, nothing may throw (a joinable thread destroyed ends
+    // the process).
+    busy.reserve(busy.size() + 1);
+    threads.reserve(threads.size() + 1);
     std::thread thread =
-        options_.start_thread ? options_.start_thread(std::move(body)) : std::thread(body);
-    shared_->busy.push_back(busy);  // first: a throw after the thread starts would lose it
-    shared_->threads.push_back(std::move(thread));
-    ++shared_->idle;
+        options.start_thread ? options.start_thread(std::move(body)) : std::thread(body);
+    busy.push_back(std::move(busy_flag));
+    threads.push_back(std::move(thread));
+    ++idle;
   } catch (const std::system_error& e) {
     cachestore::log(LogLevel::kWarning, "cannot start a thread to call the source: %s", e.what());
   } catch (const std::bad_alloc&) {
     cachestore::log(LogLevel::kWarning, "cannot start a thread to call the source: no memory");
   }
-  return !shared_->threads.empty();
+  return !threads.empty();
 }
 
 std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool* cancelled,
@@ -280,7 +276,7 @@ std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool
   MutexLock lock(shared_->mu);
   job->done_cv.emplace(&shared_->mu);
   shared_->queue.push_back(job);
-  if (!add_thread_if_needed()) {
+  if (!shared_->add_thread_if_needed(shared_, options_)) {
     shared_->queue.pop_back();
     return Status::error(EIO, "no thread could be started to call the source");
   }
@@ -301,22 +297,6 @@ std::optional<Status> SourceGuard::attempt(const std::shared_ptr<Job>& job, bool
   note_duration(now_ns() - start);
   *result = std::move(job->payload);
   return job->result;
-}
-
-bool SourceGuard::wait_until_up(int64_t deadline_ns) {
-  if (!shared_) {
-    return false;
-  }
-  MutexLock lock(shared_->mu);
-  while (down() && !shared_->stopping) {
-    const int64_t now = now_ns();
-    if (cancelled_now() || now >= deadline_ns || stop_waiting_.load()) {
-      return false;
-    }
-    shared_->changed.wait_for(std::min<std::chrono::nanoseconds>(
-        kCancelPoll, std::chrono::nanoseconds(deadline_ns - now)));
-  }
-  return !down();
 }
 
 bool SourceGuard::wait_until_clear(const std::string& path, int64_t deadline_ns) {

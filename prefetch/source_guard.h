@@ -207,14 +207,8 @@ class SourceGuard {
   // no thread could be started to run it.
   std::optional<cachestore::Status> attempt(const std::shared_ptr<Job>& job, bool* cancelled,
                                             std::shared_ptr<void>* result);
-  // Starts one more calling thread if none is idle; false if none could be started and none
-  // runs at all.
-  bool add_thread_if_needed() REQUIRES(shared_->mu);
-  // Waits until the source is up, the deadline passes, or the thread's Cancel is set. True if
-  // it is up.
-  bool wait_until_up(int64_t deadline_ns);
-  // The same for path's part of the source: true once path is no longer hung (and the source
-  // is up).
+  // Waits until the source is up and path no longer hung, the deadline passes, or the thread's
+  // Cancel is set. True if both are so.
   bool wait_until_clear(const std::string& path, int64_t deadline_ns);
   // Records that a call about path was not answered; false if no more can be recorded.
   void mark_hung(const std::string& path) EXCLUDES(mu_);
