@@ -77,7 +77,8 @@ import os, resource, sys
 sys.path.insert(0, %r)
 import epochfs
 names = sorted(os.listdir(os.path.join(%r, "train", "class_0")))
-order = ("train/class_0/" + names[i %% len(names)] for i in range(2000000))
+# Distinct paths (missing ones are accepted at publish): an epoch keeps a file 16 times at most.
+order = ("train/class_0/%%s.%%d" %% (names[i %% len(names)], i) for i in range(2000000))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 epochfs.publish(%r, order, epoch=0)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
