@@ -24,6 +24,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Under AddressSanitizer freed memory waits in its quarantine: the daemon's RSS does not fall.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kFreedMemoryReturns = false;
+#else
+constexpr bool kFreedMemoryReturns = true;
+#endif
+
 constexpr uid_t kAttacker = 65534;
 constexpr uid_t kVictim = 65533;
 
@@ -144,7 +151,9 @@ TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][
   CHECK(attack.result() == 0);
   CHECK(stat_in(mount, "prefetch.upload_bytes") == 0);
   // What the refused upload held went back to the system, not just out of the ledger.
-  CHECK(rss_kib(mount.pid()) < rss_before + 16 * 1024);
+  if (kFreedMemoryReturns) {
+    CHECK(rss_kib(mount.pid()) < rss_before + 16 * 1024);
+  }
   CHECK(stat_in(mount, "prefetch.uploads_over_limit") == 1);
   CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
 }
