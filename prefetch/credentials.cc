@@ -76,6 +76,12 @@ class ThreadIdentity {
   bool ok_ = false;
 };
 
+// Whether the daemon may check for others at all (it runs as root), and whether creds need a
+// check (not root, not the daemon's own user).
+bool can_check_others() { return ::geteuid() == 0; }
+
+bool needs_check(const Credentials& creds) { return creds.uid != 0 && creds.uid != ::geteuid(); }
+
 }  // namespace
 
 Credentials Credentials::of(uid_t uid, gid_t gid, pid_t tid) {
@@ -96,10 +102,6 @@ Credentials Credentials::of(uid_t uid, gid_t gid, pid_t tid) {
   }
   return c;
 }
-
-bool can_check_others() { return ::geteuid() == 0; }
-
-bool needs_check(const Credentials& creds) { return creds.uid != 0 && creds.uid != ::geteuid(); }
 
 cachestore::Status may_read_as(const cachestore::RootDir& root, const std::string& rel,
                                const Credentials& creds) {

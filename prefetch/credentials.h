@@ -32,11 +32,6 @@ struct Credentials {
   static Credentials of(uid_t uid, gid_t gid, pid_t tid);
 };
 
-// Whether the daemon may check for others at all (it runs as root), and whether creds need
-// a check (not root, not the daemon's own user).
-bool can_check_others();
-bool needs_check(const Credentials& creds);
-
 // Ok if creds may read rel below root: the kernel's decision, with their path walk; else why
 // not (EACCES, ENOENT, ...).
 cachestore::Status may_read_as(const cachestore::RootDir& root, const std::string& rel,
