@@ -88,7 +88,7 @@ void OrderUpload::drop_held() {
 
 void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   const bool paths = kind_ == Kind::kManifest || parser_.form() == OrderForm::kPaths;
-  const bool known = paths && registry_.find(entry).has_value();
+  const std::optional<FileId> known = paths ? registry_.find(entry) : std::nullopt;
   // Index i of a manifest names the i-th entry line: a rejected line keeps its index.
   const size_t after = kind_ == Kind::kManifest ? parser_.entry_lines() : entries_.size() + 1;
   if (!make_room(after, paths && !known ? entry.size() : 0)) {
@@ -96,11 +96,11 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   }
   if (kind_ == Kind::kManifest) {
     entries_.resize(parser_.entry_lines() - 1, Planner::kNoFile);
-    entries_.push_back(id_or_pending(entry));
+    entries_.push_back(id_or_pending(entry, known));
     return;
   }
   if (parser_.form() == OrderForm::kPaths) {
-    entries_.push_back(id_or_pending(entry));
+    entries_.push_back(id_or_pending(entry, known));
     return;
   }
   if (!manifest_) {
@@ -118,9 +118,9 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   }
 }
 
-FileId OrderUpload::id_or_pending(std::string_view path) {
-  if (auto id = registry_.find(path)) {
-    return *id;
+FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> known) {
+  if (known) {
+    return *known;
   }
   if (pending_ends_.size() >= kPending - 2) {
     return registry_.id_of(path);  // past 2^31 new paths in one upload: register at once

@@ -55,8 +55,9 @@ class OrderUpload {
 
  private:
   void add_entry(std::string_view entry, uint64_t line);
-  // The id of path if the registry knows it, else a pending entry (kPending | its index).
-  FileId id_or_pending(std::string_view path);
+  // known: path's id if the registry knows it (looked up once, by add_entry); else a pending
+  // entry (kPending | its index).
+  FileId id_or_pending(std::string_view path, std::optional<FileId> known);
   // Registers the pending paths and puts their ids in place.
   void register_pending();
   PublishReport refuse(std::string message);
