@@ -112,6 +112,7 @@ void source_fields(std::ostringstream& out, const prefetch::SourceHealth& h) {
   o.field("outage_failures", h.failed);
   o.field("timeouts", h.timed_out);
   o.field("interrupted", h.interrupted);
+  o.field("hung_paths", h.hung_paths);
   o.field("last_error", h.last_error);
   o.close();
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <map>
 #include <new>
 #include <system_error>
 #include <unordered_set>
@@ -221,7 +220,7 @@ Status SourceGuard::run(const std::string& path, bool has_answer, const Work& wo
       timed_out_.fetch_add(1, kRelaxed);
       char why[96];
       snprintf(why, sizeof why, "no answer within %g s", options_.timeout_s);
-      mark_hung(path);
+      mark_hung(path, job);
       mark_down(why, path);
       continue;
     }
@@ -320,7 +319,8 @@ bool SourceGuard::hung(const std::string& path) const {
     return false;  // the usual case: no lock
   }
   MutexLock lock(mu_);
-  for (const std::string& h : hung_) {
+  for (const HungPath& hung_path : hung_) {
+    const std::string& h = hung_path.path;
     if (path == h ||
         (path.size() > h.size() && path.compare(0, h.size(), h) == 0 && path[h.size()] == '/')) {
       return true;
@@ -329,31 +329,52 @@ bool SourceGuard::hung(const std::string& path) const {
   return false;
 }
 
-void SourceGuard::mark_hung(const std::string& path) {
+void SourceGuard::mark_hung(const std::string& path, const std::shared_ptr<Job>& stuck) {
   if (path.empty()) {
-    return;  // the root: the source as a whole
+    return;  // the root: the source as a whole, which the prober's statfs asks
   }
   MutexLock lock(mu_);
-  if (hung_.size() >= kMaxHungPaths || std::find(hung_.begin(), hung_.end(), path) != hung_.end()) {
+  if (hung_.size() >= kMaxHungPaths) {
+    unrecorded_.push_back(stuck);  // no room: the source is down as a whole
     return;
   }
-  hung_.push_back(path);
+  for (const HungPath& h : hung_) {
+    if (h.path == path) {
+      return;  // a call made before the first was recorded; the first returning clears it
+    }
+  }
+  hung_.push_back({path, stuck});
   hung_count_.store(hung_.size(), std::memory_order_release);
 }
 
-void SourceGuard::clear_hung(const std::string& path) {
+bool SourceGuard::clear_returned() {
+  std::vector<std::string> cleared;
+  bool whole_up;
   {
+    MutexLock shared_lock(shared_->mu);  // the jobs' state
     MutexLock lock(mu_);
-    hung_.erase(std::remove(hung_.begin(), hung_.end(), path), hung_.end());
+    for (auto it = hung_.begin(); it != hung_.end();) {
+      if (it->stuck->done) {
+        cleared.push_back(std::move(it->path));
+        it = hung_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     hung_count_.store(hung_.size(), std::memory_order_release);
+    std::erase_if(unrecorded_, [](const std::shared_ptr<Job>& job) { return job->done; });
+    if (!cleared.empty()) {
+      unrecorded_.clear();  // room again: a call that hangs again is recorded
+    }
+    whole_up = unrecorded_.empty();
   }
-  cachestore::log(LogLevel::kInfo, "the source answers for %s again", path.c_str());
-  wake();
-}
-
-std::vector<std::string> SourceGuard::hung_paths() const {
-  MutexLock lock(mu_);
-  return hung_;
+  for (const std::string& path : cleared) {
+    cachestore::log(LogLevel::kInfo, "the source answers for %s again", path.c_str());
+  }
+  if (!cleared.empty()) {
+    wake();
+  }
+  return whole_up;
 }
 
 void SourceGuard::stop_waiting() {
@@ -428,7 +449,7 @@ void SourceGuard::mark_up() {
   wake();
 }
 
-bool SourceGuard::probe(std::shared_ptr<Job>& job, const std::optional<std::string>& path) {
+bool SourceGuard::probe(std::shared_ptr<Job>& job) {
   {
     MutexLock lock(shared_->mu);
     if (job && job->started && !job->done) {
@@ -436,10 +457,9 @@ bool SourceGuard::probe(std::shared_ptr<Job>& job, const std::optional<std::stri
     }
   }
   job = std::make_shared<Job>();
-  job->work = [this, path](std::shared_ptr<void>* /*out*/) {
-    // statfs of the root reaches the servers (no client answers it from a cache); a stat of
-    // a hung path asks that part of the source again.
-    auto ask = [&] { return path ? source_.stat_at(*path).status() : source_.statfs().status(); };
+  job->work = [this](std::shared_ptr<void>* /*out*/) {
+    // statfs of the root reaches the servers (no client answers it from a cache).
+    auto ask = [&] { return source_.statfs().status(); };
     Status st = ask();
     // A dead connection: the source may have been mounted again where it was.
     if (st.error_code() == ENOTCONN && source_.reopen()) {
@@ -458,7 +478,6 @@ bool SourceGuard::probe(std::shared_ptr<Job>& job, const std::optional<std::stri
 void SourceGuard::probe_loop() {
   cachestore::name_this_thread("epochfs-probe");
   std::shared_ptr<Job> root_probe;
-  std::map<std::string, std::shared_ptr<Job>> path_probes;
   for (;;) {
     {
       // A state change wakes `changed` too: sleep the whole period regardless.
@@ -471,18 +490,8 @@ void SourceGuard::probe_loop() {
         return;
       }
     }
-    if (down() && probe(root_probe, std::nullopt)) {
+    if (clear_returned() && down() && probe(root_probe)) {
       mark_up();
-    }
-    const std::vector<std::string> hung = hung_paths();
-    for (auto it = path_probes.begin(); it != path_probes.end();) {
-      const bool gone = std::find(hung.begin(), hung.end(), it->first) == hung.end();
-      it = gone ? path_probes.erase(it) : std::next(it);
-    }
-    for (const std::string& path : hung) {
-      if (!down() && probe(path_probes[path], path)) {
-        clear_hung(path);
-      }
     }
   }
 }
@@ -500,6 +509,7 @@ SourceHealth SourceGuard::health() const {
   h.since_wall_s = since_wall_s_;
   h.outages = outages_;
   h.last_error = last_error_;
+  h.hung_paths = hung_.size();
   return h;
 }
 

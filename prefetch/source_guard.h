@@ -19,8 +19,11 @@
 // Health is also kept per path: a call that is not answered marks its path hung as well as the
 // source down. Once the root answers, the source is up again for every other path, while the
 // hung path (one failed file, a dead nested mount, a directory whose server hangs) costs only
-// its own callers: they are answered or wait as in an outage, until the prober's stat of that
-// path answers. At most kMaxHungPaths are kept; past them the source stays down as a whole.
+// its own callers: they are answered or wait as in an outage, and no new call of the path is
+// made, until the call that hung returns. That call is the path's probe: a stat that answers
+// says nothing of an open or a read that hangs, and a new attempt after each would leave one
+// more thread stuck each time. At most kMaxHungPaths are kept; past them the source stays down
+// as a whole until one of them, or every call not kept, returns.
 //
 // Copies call the source on the stager's threads directly: they are off every reader's path.
 // So does every caller when the source is on a local disk (SourceGuardOptions::direct); its
@@ -82,6 +85,7 @@ struct SourceHealth {
   uint64_t failed = 0;        // calls that gave up on a source that did not come back
   uint64_t timed_out = 0;     // calls not answered within the timeout
   uint64_t interrupted = 0;   // callers whose reader was killed while they waited
+  uint64_t hung_paths = 0;    // paths whose call hangs while the rest of the source answers
   std::string last_error;     // what made it go down last
 };
 
@@ -210,12 +214,13 @@ class SourceGuard {
   // Waits until the source is up and path no longer hung, the deadline passes, or the thread's
   // Cancel is set. True if both are so.
   bool wait_until_clear(const std::string& path, int64_t deadline_ns);
-  // Records that a call about path was not answered; false if no more can be recorded.
-  void mark_hung(const std::string& path) EXCLUDES(mu_);
-  void clear_hung(const std::string& path) EXCLUDES(mu_);
-  std::vector<std::string> hung_paths() const EXCLUDES(mu_);
-  // One probe: a statfs of the root (path nullopt) or a stat of path; true if it answered.
-  bool probe(std::shared_ptr<Job>& job, const std::optional<std::string>& path);
+  // Records that stuck, a call about path, was not answered: path is hung until it returns.
+  void mark_hung(const std::string& path, const std::shared_ptr<Job>& stuck) EXCLUDES(mu_);
+  // Clears the hung paths whose call returned; true if the source as a whole may be up (no
+  // call that hung is left unrecorded).
+  bool clear_returned() EXCLUDES(mu_);
+  // One probe: a statfs of the root; true if it answered.
+  bool probe(std::shared_ptr<Job>& job);
   void mark_down(const std::string& why, const std::string& path);
   void mark_up();
   void note_duration(int64_t ns);
@@ -240,8 +245,16 @@ class SourceGuard {
   int64_t since_wall_s_ GUARDED_BY(mu_) = 0;
   uint64_t outages_ GUARDED_BY(mu_) = 0;
   std::string last_error_ GUARDED_BY(mu_);
-  std::vector<std::string> hung_ GUARDED_BY(mu_);  // at most kMaxHungPaths
-  std::atomic<size_t> hung_count_{0};              // hung_.size(): calls skip mu_ when 0
+
+  struct HungPath {
+    std::string path;
+    std::shared_ptr<Job> stuck;  // the call that did not answer
+  };
+
+  std::vector<HungPath> hung_ GUARDED_BY(mu_);  // at most kMaxHungPaths
+  // Calls that hung when hung_ was full: the source stays down until they return.
+  std::vector<std::shared_ptr<Job>> unrecorded_ GUARDED_BY(mu_);
+  std::atomic<size_t> hung_count_{0};  // hung_.size(): calls skip mu_ when 0
 };
 
 }  // namespace epochfs::prefetch

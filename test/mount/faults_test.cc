@@ -78,20 +78,13 @@ uint64_t counter(const std::string& json, const std::string& path, const std::st
   return std::stoull(json.substr(field + name.size() + 4));
 }
 
-// Faults faultfs has injected so far (each hang counted when its request arrives).
-uint64_t injected(const FaultFs& faults) {
-  const std::string json = faults.stats();
-  const std::string key = "\"injected\": ";
-  return std::stoull(json.substr(json.find(key) + key.size()));
-}
-
 // Waits until faultfs has injected n faults: the requests they hold have reached it.
 void wait_injected(const FaultFs& faults, uint64_t n) {
-  for (int i = 0; i < 1000 && injected(faults) < n; ++i) {
+  for (int i = 0; i < 1000 && faults.injected() < n; ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   INFO(faults.stats());
-  REQUIRE(injected(faults) >= n);
+  REQUIRE(faults.injected() >= n);
 }
 
 // A child process that reads f<from> .. f<to - 1> through mnt and compares each with src's:

@@ -189,6 +189,12 @@ std::string FaultFs::stats() const {
   return buf;
 }
 
+uint64_t FaultFs::injected() const {
+  const std::string json = stats();
+  const std::string key = "\"injected\": ";
+  return std::stoull(json.substr(json.find(key) + key.size()));
+}
+
 CommandResult run_epochfs(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {EPOCHFS_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -109,6 +109,8 @@ class FaultFs {
   // The counters as JSON: {"injected": N, "paths": {"/f0": {"opens": .., "reads": .., "bytes":
   // ..}}}.
   std::string stats() const;
+  // Faults injected so far (each hang counted when its request arrives).
+  uint64_t injected() const;
 
   // Stops and continues the daemon: meanwhile its mount hangs, as a hard-mounted NFS whose
   // server is down does.

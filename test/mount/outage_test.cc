@@ -221,6 +221,46 @@ TEST_CASE("one hung path costs only its own callers", "[mount][outage]") {
   faults.release();
 }
 
+TEST_CASE("a file whose read hangs while its stat answers is not called again", "[mount][outage]") {
+  TempDir dir;
+  write_files(dir / "data", kFiles, kSize);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt",
+              {"--attr-timeout", "0.2", "--source-timeout", "1", "--outage-wait", "3"});
+  faults.set_rules("read /f3 hang\n");
+  // Readers of f3 one after another: each fails after its wait. Only the first read reaches
+  // the source (and perhaps the background copy's): every later call waits for those to
+  // return instead of leaving one more daemon thread stuck in the source.
+  std::optional<uint64_t> hung_calls;
+  for (int reader = 0; reader < 3; ++reader) {
+    const auto code = wait_child(read_in_child(mount / name(3)), seconds(20));
+    REQUIRE(code.has_value());
+    CHECK(*code == EIO);
+    if (!hung_calls) {
+      hung_calls = faults.injected();
+    }
+  }
+  CHECK(faults.injected() == *hung_calls);
+  CHECK(stat_of(mount, "source_health.timeouts") == 1);
+  CHECK(stat_of(mount, "source_health.outages") == 1);  // no flipping down and up
+  CHECK(stat_of(mount, "source_health.hung_paths") == 1);
+  // The rest of the mount is up: other files read, the root lists.
+  wait_source_up(mount);
+  for (int i = 0; i < kFiles; ++i) {
+    if (i != 3) {
+      check_same(mount / name(i), dir / ("data/" + name(i)));
+    }
+  }
+  // The hung read returns: f3 reads again.
+  faults.set_rules("");
+  faults.release();
+  for (int i = 0; i < 100 && stat_of(mount, "source_health.hung_paths") > 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  CHECK(stat_of(mount, "source_health.hung_paths") == 0);
+  check_same(mount / name(3), dir / ("data/" + name(3)));
+}
+
 TEST_CASE("a source mounted again where it was is opened again by its path", "[mount][outage]") {
   // A network filesystem's client restarted: its old connection dead, a new mount in place.
   TempDir dir;

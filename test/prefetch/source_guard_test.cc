@@ -194,5 +194,56 @@ TEST_CASE("abandoned attempts that return at once each keep their own result", "
   CHECK(guard.health().timed_out == kHung);
 }
 
+TEST_CASE("a path whose call hangs makes no new call until that one returns", "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{0.1, 0.6, 8});
+  guard.start({});
+  Hang hang;
+  std::atomic<int> calls{0};
+  // A read of d/f hangs (its stat would answer: the prober does not ask it).
+  auto hung = guard.call<int>("d/f", false, [&]() -> Result<int> {
+    ++calls;
+    hang.gate.wait();
+    return 1;
+  });
+  CHECK(hung.error_code() == EIO);  // waited out --outage-wait with no second attempt
+  CHECK(calls == 1);
+  CHECK(guard.health().hung_paths == 1);
+  CHECK(!guard.down());  // the root answered: the rest of the source is up
+  // Other paths are called as usual; the hung one and those under it are not called again.
+  CHECK(guard.call<int>("d/g", false, [] { return Result<int>(2); }).value() == 2);
+  for (const char* path : {"d/f", "d/f/x"}) {
+    auto again = guard.call<int>(path, false, [&]() -> Result<int> {
+      ++calls;
+      return 3;
+    });
+    CHECK(again.error_code() == EIO);
+  }
+  CHECK(calls == 1);
+  CHECK(guard.health().timed_out == 1);
+  // The stuck call returns: the path is called again.
+  hang.released.set_value();
+  wait_until([&] { return guard.health().hung_paths == 0; });
+  CHECK(guard.call<int>("d/f", false, [] { return Result<int>(4); }).value() == 4);
+}
+
+TEST_CASE("past the hung paths kept, the source stays down until a stuck call returns",
+          "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{0.05, 30, 16});
+  guard.start({});
+  Hang hang;
+  for (size_t i = 0; i <= SourceGuard::kMaxHungPaths; ++i) {
+    wait_until([&] { return !guard.down(); });  // the root answered after the last one
+    auto result = guard.call<int>("f" + std::to_string(i), true, hang.call());
+    CHECK(is_outage_error(result.error_code()));
+  }
+  CHECK(guard.health().hung_paths == SourceGuard::kMaxHungPaths);
+  std::this_thread::sleep_for(milliseconds(1200));  // two probe periods and more
+  CHECK(guard.down());
+  hang.released.set_value();
+  wait_until([&] { return !guard.down() && guard.health().hung_paths == 0; });
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch
