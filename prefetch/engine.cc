@@ -291,7 +291,11 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
     if (!fd && stager_) {
       own_flight = flights_.claim(id) == Flights::Claim::kOwned;
       if (!own_flight) {
-        outcome.waited = wait_for_flight(id, &outcome.stall_ns);
+        const Flights::Wait wait = wait_for_flight(id, &outcome.stall_ns);
+        if (wait == Flights::Wait::kCancelled) {
+          return Status::error(EINTR, rel_path);  // the reader was killed while it waited
+        }
+        outcome.waited = wait != Flights::Wait::kNoFlight;
       }
       // Asked again: the copy waited for, or one whose flight ended between the first look and
       // the claim, may be ready now.
@@ -340,7 +344,7 @@ void Engine::count_open(const OpenFile& file, const OpenOutcome& outcome) {
   }
 }
 
-bool Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
+Flights::Wait Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
   const auto wait = flights_.wait(id, static_cast<int64_t>(options_.max_wait_s * 1e9),
                                   static_cast<int64_t>(options_.stuck_copy_s * 1e9), stall_ns);
   if (wait == Flights::Wait::kStuck) {
@@ -350,7 +354,7 @@ bool Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
                     "stuck?): reading the source instead",
                     escape_for_log(registry_.path_of(id)).c_str(), options_.stuck_copy_s);
   }
-  return wait != Flights::Wait::kNoFlight;
+  return wait;
 }
 
 void Engine::close_file(const OpenFile& file) {

@@ -242,8 +242,8 @@ class Engine final : public PrefetchSink {
   void copy_finished(int64_t latency_ns, uint64_t bytes);
 
   // Waits for id's copy if one is in flight (Flights::wait; a stuck one is counted and
-  // logged); adds the time waited to *stall_ns. False if none was in flight.
-  bool wait_for_flight(FileId id, uint64_t* stall_ns);
+  // logged); adds the time waited to *stall_ns.
+  Flights::Wait wait_for_flight(FileId id, uint64_t* stall_ns);
 
   // Dependencies, in destruction order reversed: the stager goes first, the planner last.
   const cachestore::RootDir& source_;

@@ -1,5 +1,7 @@
 #include "prefetch/flights.h"
 
+#include "prefetch/cancel.h"
+
 namespace epochfs::prefetch {
 
 using cachestore::FileId;
@@ -71,6 +73,10 @@ Flights::Wait Flights::wait(FileId id, int64_t max_wait_ns, int64_t stuck_ns, ui
       }
       if (now - start >= max_wait_ns) {
         result = Wait::kTimedOut;
+        break;
+      }
+      if (Cancel::current_cancelled()) {
+        result = Wait::kCancelled;
         break;
       }
       result = Wait::kEnded;

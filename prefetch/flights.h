@@ -15,6 +15,9 @@
 // wakes the readers of its stripe, not every reader waiting on any copy (with one variable,
 // each waiting DataLoader worker woke for every copy that ended: ~50 wake-ups per wait).
 //
+// A reader killed while it waits stops waiting within a poll: the kernel holds a killed
+// process until its request is answered.
+//
 // Time comes from an injected clock, so that the policy is tested without waiting.
 // Thread-safety: every method may be called from any thread; one lock, held for memory work.
 #pragma once
@@ -60,12 +63,14 @@ class Flights {
   void note_progress(cachestore::FileId id);
 
   enum class Wait {
-    kNoFlight,  // none was in flight
-    kEnded,     // the flight ended
-    kStuck,     // the copy made no progress for `stuck`: given up on
-    kTimedOut,  // waited max_wait
+    kNoFlight,   // none was in flight
+    kEnded,      // the flight ended
+    kStuck,      // the copy made no progress for `stuck`: given up on
+    kTimedOut,   // waited max_wait
+    kCancelled,  // the request waiting was interrupted (its reader killed): prefetch/cancel.h
   };
-  // Waits for id's flight to end; adds the time waited to *stall_ns.
+  // Waits for id's flight to end; adds the time waited to *stall_ns. A waiter looks at its
+  // request's Cancel every poll.
   Wait wait(cachestore::FileId id, int64_t max_wait_ns, int64_t stuck_ns, uint64_t* stall_ns);
 
   // Prefetch flights queued or running (the planner's slots). One a reader took over counts

@@ -25,9 +25,7 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 // Cancel set between its check and its wait).
 constexpr auto kCancelPoll = std::chrono::milliseconds(100);
 
-thread_local const Cancel* t_cancel = nullptr;
-
-bool cancelled_now() { return t_cancel != nullptr && t_cancel->cancelled(); }
+bool cancelled_now() { return Cancel::current_cancelled(); }
 
 int64_t seconds_to_ns(double s) { return static_cast<int64_t>(s * 1e9); }
 
@@ -67,12 +65,6 @@ bool is_outage_error(int err) {
 }
 
 bool answer_instead(int err) { return err == EIO || is_outage_error(err); }
-
-Cancel::Scope::Scope(const Cancel* cancel) : outer_(t_cancel) { t_cancel = cancel; }
-
-Cancel::Scope::~Scope() { t_cancel = outer_; }
-
-const Cancel* Cancel::current() { return t_cancel; }
 
 // One call handed to a calling thread.
 struct SourceGuard::Job {

@@ -45,6 +45,7 @@
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
+#include "prefetch/cancel.h"
 
 namespace epochfs::prefetch {
 
@@ -95,43 +96,6 @@ bool is_outage_error(int err);
 // Errors after which a caller with an answer of its own gives it: outages, and EIO (what a
 // soft-mounted NFS answers when its server does not).
 bool answer_instead(int err);
-
-// Whether the request a thread serves was interrupted (its reader was killed). The FUSE layer
-// keeps one per worker thread and names it for the thread with a Scope, so that no signature
-// between it and the guard has to carry it. One atomic word holds the request being served
-// and the cancel bit, so an interrupt that comes late, for a request already answered, cannot
-// cancel the next one.
-class Cancel {
- public:
-  // A new request begins; token is its identity (an aligned pointer, unique while it lives).
-  void begin(const void* token) { state_.store(reinterpret_cast<uintptr_t>(token)); }
-
-  // Cancels the request token if it is still the one served. True if it was.
-  bool cancel(const void* token) {
-    auto expected = reinterpret_cast<uintptr_t>(token);
-    return state_.compare_exchange_strong(expected, expected | 1);
-  }
-
-  bool cancelled() const { return (state_.load() & 1) != 0; }
-
-  // While it lives, calls made on this thread stop waiting when cancel is set.
-  class Scope {
-   public:
-    explicit Scope(const Cancel* cancel);
-    ~Scope();
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-
-   private:
-    const Cancel* outer_;
-  };
-
-  // The Cancel of the request this thread serves, if any.
-  static const Cancel* current();
-
- private:
-  std::atomic<uintptr_t> state_{0};
-};
 
 class SourceGuard {
  public:

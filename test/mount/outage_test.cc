@@ -261,6 +261,38 @@ TEST_CASE("a file whose read hangs while its stat answers is not called again", 
   check_same(mount / name(3), dir / ("data/" + name(3)));
 }
 
+TEST_CASE("a reader killed while it waits for a slow copy is reaped at once", "[mount][outage]") {
+  TempDir dir;
+  write_files(dir / "data", 1, 4 << 20);
+  FaultFs faults(dir / "data", dir / "faulty");
+  Mount mount(faults.path(), dir / "mnt");
+  // The copy of f0 makes progress (it is not given up on) but takes seconds: 0.2 s a read.
+  faults.set_rules("read /f0 delay=200\n");
+  REQUIRE(publish(mount, "f0\n") == 0);
+  for (int i = 0; i < 100 && faults.injected() == 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  REQUIRE(faults.injected() > 0);  // the copy is running
+  const pid_t child = read_in_child(mount / "f0");
+  for (int i = 0; i < 100 && stat_of(mount, "opens") < 1; ++i) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  std::this_thread::sleep_for(milliseconds(300));  // in its wait for the copy
+  kill(child, SIGKILL);
+  const auto code = wait_child(child, seconds(3));
+  // Reaped while the copy still runs: the wait did not outlast the reader.
+  CHECK(stat_of(mount, "cache.files_cached") == 0);
+  if (!code) {
+    faults.set_rules("");
+    waitpid(child, nullptr, 0);
+  }
+  REQUIRE(code.has_value());
+  CHECK(*code == 128 + SIGKILL);
+  faults.set_rules("");
+  wait_for_staging(mount);
+  check_same(mount / "f0", dir / "data/f0");
+}
+
 TEST_CASE("a source mounted again where it was is opened again by its path", "[mount][outage]") {
   // A network filesystem's client restarted: its old connection dead, a new mount in place.
   TempDir dir;

@@ -1,11 +1,13 @@
 // Flights: one copy per file, readers taking queued prefetches over, waits that give up on a
-// stuck copy. A fake clock: no test here sleeps for the timeouts it checks.
+// stuck copy or a killed reader. A fake clock: no test here sleeps for the timeouts it checks.
 #include "prefetch/flights.h"
 
 #include <atomic>
 #include <thread>
 
 #include <catch2/catch.hpp>
+
+#include "prefetch/cancel.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -103,6 +105,21 @@ TEST_CASE("a waiter wakes when the flight ends", "[flights]") {
   const auto wait = f.wait(1, 3600 * kSecond, 3600 * kSecond, &stall);
   owner.join();
   CHECK(wait == Flights::Wait::kEnded);
+}
+
+TEST_CASE("a waiter whose reader is killed stops waiting within a poll", "[flights]") {
+  FakeClock t;  // stands still: only the cancel can end the wait
+  Flights f(t.clock(), std::chrono::milliseconds(1));
+  REQUIRE(f.claim(1) == Flights::Claim::kOwned);
+  Cancel cancel;
+  int request = 0;
+  cancel.begin(&request);
+  Cancel::Scope scope(&cancel);
+  std::thread killer([&] { cancel.cancel(&request); });
+  uint64_t stall = 0;
+  const auto wait = f.wait(1, 3600 * kSecond, 3600 * kSecond, &stall);
+  killer.join();
+  CHECK(wait == Flights::Wait::kCancelled);
 }
 
 }  // namespace
