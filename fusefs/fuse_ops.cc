@@ -162,8 +162,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->noflush = 1;
   if (!handle->is_control) {
     const prefetch::OpenFile& file = handle->file;
-    const auto pt = passthrough::begin_open(ino, file.fd.get(), backing_for(fs_of(req), file));
+    const auto pt =
+        passthrough::begin_open(ino, file.fd.get(), backing_for(fs_of(req), file), file.version);
     handle->backing_id = pt.backing_id;
+    if (pt.direct) {
+      fi->direct_io = 1;
+      fi->keep_cache = 0;
+    }
     if (pt.reads_source) {
       // The kernel reads the source for this open without us: its bytes count at the open,
       // whole (a trainer reads whole files), so the source's load stays in the stats. Before

@@ -231,12 +231,12 @@ bool active() {
 
 const char* why_not() { return state().why.load(); }
 
-Opened begin_open(uint64_t ino, int fd, Backing backing) {
+Opened begin_open(uint64_t ino, int fd, Backing backing, const cachestore::FileVersion& version) {
   State& s = state();
   if (!s.negotiated.load()) {
     return {};
   }
-  const Opened opened = table().begin(ino, fd, backing, !s.disabled.load());
+  const Opened opened = table().begin(ino, fd, backing, version, !s.disabled.load());
   if (opened.backing_id != 0) {
     s.opens.fetch_add(1, std::memory_order_relaxed);
     s.source_opens.fetch_add(opened.reads_source ? 1 : 0, std::memory_order_relaxed);

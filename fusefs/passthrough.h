@@ -45,7 +45,7 @@ const char* why_not();
 // kernel from the source as a hit is from the copy, with no READ reaching the daemon (the copy
 // is made from a descriptor of its own). The rules per inode: fusefs/passthrough_opens.h.
 // Every call is matched by one end_open.
-Opened begin_open(uint64_t ino, int fd, Backing backing);
+Opened begin_open(uint64_t ino, int fd, Backing backing, const cachestore::FileVersion& version);
 
 // An open of ino ends. The inode's backing file is unregistered with its last passthrough
 // open (the kernel keeps its own reference for as long as it reads from it).

@@ -2,7 +2,8 @@
 
 namespace epochfs::fusefs::passthrough {
 
-Opened OpenTable::begin(uint64_t ino, int fd, Backing backing, bool may_register) {
+Opened OpenTable::begin(uint64_t ino, int fd, Backing backing,
+                        const cachestore::FileVersion& version, bool may_register) {
   Shard& shard = shard_of(ino);
   cachestore::MutexLock lock(shard.mu);
   InodeOpens& inode = shard.inodes[ino];
@@ -11,6 +12,7 @@ Opened OpenTable::begin(uint64_t ino, int fd, Backing backing, bool may_register
     if (inode.cached == 0 && backing != Backing::kNone && fd >= 0 && may_register) {
       inode.backing_id = register_(fd, from_cache);
       inode.source = !from_cache;
+      inode.version = version;
     }
     if (inode.backing_id == 0) {
       ++inode.cached;
@@ -19,7 +21,11 @@ Opened OpenTable::begin(uint64_t ino, int fd, Backing backing, bool may_register
   }
   // The kernel takes no other kind of open of this inode now, nor another backing file.
   ++inode.passthrough;
-  return {inode.backing_id, inode.source};
+  if (!(inode.version == version)) {
+    // A newer version found by an open of the same inode (a reopen through /proc/PID/fd).
+    return {inode.backing_id, false, true};
+  }
+  return {inode.backing_id, inode.source, false};
 }
 
 void OpenTable::end(uint64_t ino, uint32_t backing_id) {

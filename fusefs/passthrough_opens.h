@@ -17,6 +17,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "cachestore/file_version.h"
 #include "cachestore/sync.h"
 
 namespace epochfs::fusefs::passthrough {
@@ -28,6 +29,10 @@ enum class Backing { kCopy, kSource, kNone };
 struct Opened {
   uint32_t backing_id = 0;    // 0: a classic open
   bool reads_source = false;  // the backing file is a source file (this open's or an earlier)
+  // The backing file holds another version than this open's: the open names it (the kernel
+  // takes no other kind of open of the inode now) with FOPEN_DIRECT_IO, so that its reads
+  // come to the daemon, which serves them from the open's own file.
+  bool direct = false;
 };
 
 class OpenTable {
@@ -39,11 +44,13 @@ class OpenTable {
   OpenTable(Register reg, Unregister unreg)
       : register_(std::move(reg)), unregister_(std::move(unreg)) {}
 
-  // An open of ino, serving fd of kind backing. fd becomes the inode's backing file if the
-  // inode has no open now and may_register; while the inode has passthrough opens, every open
-  // shares their backing id (so an open of a copy made meanwhile reads the source until they
-  // end). Every call is matched by one end().
-  Opened begin(uint64_t ino, int fd, Backing backing, bool may_register);
+  // An open of ino, serving fd (version of the file) of kind backing. fd becomes the inode's
+  // backing file if the inode has no open now and may_register; while the inode has
+  // passthrough opens, every open shares their backing id (so an open of a copy made meanwhile
+  // reads the source until they end), and one of another version is direct. Every call is
+  // matched by one end().
+  Opened begin(uint64_t ino, int fd, Backing backing, const cachestore::FileVersion& version,
+               bool may_register);
 
   // An open of ino ends; the backing file is unregistered with its last passthrough open.
   void end(uint64_t ino, uint32_t backing_id);
@@ -54,7 +61,8 @@ class OpenTable {
  private:
   struct InodeOpens {
     uint32_t backing_id = 0;
-    bool source = false;  // the backing file is a source file, not a cached copy
+    bool source = false;              // the backing file is a source file, not a cached copy
+    cachestore::FileVersion version;  // the backing file's
     unsigned passthrough = 0;
     unsigned cached = 0;
   };

@@ -190,4 +190,34 @@ TEST_CASE("a file changed in the source is read anew, not from the old backing f
   CHECK(old_bytes == want);  // the open that came first keeps its version
 }
 
+TEST_CASE("a reopen of a passthrough file replaced in the source reads the new bytes",
+          "[mount][passthrough]") {
+  SKIP_WITHOUT_PASSTHROUGH();
+  TempDir dir;
+  write_files(dir / "src", 1, 110000);
+  Mount mount(dir / "src", dir / "mnt", kPassthrough);
+  read_twice(mount, dir / "src", 1);
+  const int old_fd = ::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(old_fd >= 0);
+  write_files(dir / "src", 1, 120000, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the attribute timeout
+  // The same inode opened again (no lookup): the open finds the new version while the old
+  // one's backing file is the inode's.
+  const std::string again = "/proc/self/fd/" + std::to_string(old_fd);
+  std::string got(130000, '\0');
+  const int new_fd = ::open(again.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(new_fd >= 0);
+  const ssize_t n = ::pread(new_fd, got.data(), got.size(), 0);
+  ::close(new_fd);
+  std::string old_bytes(110000, '\0');
+  CHECK(::pread(old_fd, old_bytes.data(), old_bytes.size(), 0) == 110000);
+  ::close(old_fd);
+  REQUIRE(n == 120000);
+  got.resize(120000);
+  CHECK(got == read_file(dir / "src/f0").value());
+  std::string want(110000, '\0');
+  tools::fill_content(0, 1, 0, want.data(), want.size());
+  CHECK(old_bytes == want);  // the first open keeps its version
+}
+
 }  // namespace epochfs::test
