@@ -48,6 +48,7 @@
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
 #include "prefetch/planner.h"
+#include "prefetch/rights_checked.h"
 #include "prefetch/source_guard.h"
 #include "prefetch/stager.h"
 #include "prefetch/stat_batches.h"
@@ -223,6 +224,13 @@ class Engine final : public PrefetchSink {
   void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
              const cachestore::FileVersion& version);
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
+  // An entry of stream's order names id, cached already: checked on the stager with its
+  // publisher's rights, unless they were confirmed before (prefetch/rights_checked.h).
+  void check_cached_entry(FileId id, size_t stream);
+  // Whether reader may read rel_path (id); if not, stream's entry is rejected as a missing
+  // file's is, so that its counters cannot tell the two apart.
+  bool may_stage_for(FileId id, size_t stream, const Credentials& reader,
+                     const std::string& rel_path);
   // Stats cached file id on the stager, so that its lookup finds the attributes fresh.
   void stat_ahead(FileId id);
   // A stager job: stats the queued files, a batch at a time, until none is left.
@@ -252,6 +260,7 @@ class Engine final : public PrefetchSink {
   std::unique_ptr<cachestore::CacheStore> cache_;
   FileRegistry registry_;
   FreshAttrs fresh_;
+  RightsChecked rights_checked_;
   StatBatches stats_ahead_queue_{16};
   Flights flights_;  // copies in progress, one per file (prefetch/flights.h)
   std::unique_ptr<Stager> stager_;

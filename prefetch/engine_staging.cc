@@ -49,6 +49,7 @@ bool Engine::prefetch(FileId id, size_t stream) {
   }
   if (cache_->contains(id)) {
     stat_ahead(id);
+    check_cached_entry(id, stream);
     return false;
   }
   const uint64_t gen = flights_.begin_prefetch(id);
@@ -123,15 +124,9 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   if (planner_->next_use(id) == Planner::kNever) {
     return;  // its order was replaced while the copy waited in the queue
   }
-  // Staged only with its publisher's rights; refused as a missing file is, so that their
-  // counters cannot tell a file they may not read from one that does not exist.
   auto reader = planner_->reader_of(stream);
-  if (!reader) {
-    return;  // the stream is gone
-  }
-  if (Status readable = may_read_as(source_, rel_path, *reader); !readable.is_ok()) {
-    planner_->reject_entry(stream, rel_path, readable.to_string());
-    return;
+  if (!reader || !may_stage_for(id, stream, *reader, rel_path)) {
+    return;  // the stream is gone, or its publisher may not read the file
   }
   auto file = open_source(id, rel_path, false);
   if (!file.is_ok()) {
@@ -144,6 +139,31 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   const auto size = static_cast<uint64_t>(file.value().version.size);
   stage(id, rel_path, std::move(file.value().fd), file.value().version);
   copy_finished(now_ns() - start, size);
+}
+
+void Engine::check_cached_entry(FileId id, size_t stream) {
+  auto reader = planner_->reader_of(stream);
+  if (!reader || reader->uid == 0 || rights_checked_.confirmed(id, reader->uid)) {
+    return;
+  }
+  auto job = [this, id, stream, reader = std::move(*reader), path = registry_.path_of(id)] {
+    may_stage_for(id, stream, reader, path);
+  };
+  try {
+    // Not checked now if the queue is full: the next epoch's entry asks again.
+    stager_->try_submit(std::move(job), Stager::Priority::kPrefetch);
+  } catch (const std::bad_alloc&) {
+  }
+}
+
+bool Engine::may_stage_for(FileId id, size_t stream, const Credentials& reader,
+                           const std::string& rel_path) {
+  if (Status readable = may_read_as(source_, rel_path, reader); !readable.is_ok()) {
+    planner_->reject_entry(stream, rel_path, readable.to_string());
+    return false;
+  }
+  rights_checked_.confirm(id, reader.uid);
+  return true;
 }
 
 bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {

@@ -285,6 +285,11 @@ TEST_CASE("an order is staged only with its publisher's rights", "[mount][tenant
   CHECK(run_as(kVictim, [&] {
           return read_file(mount / "private/f0") == read_file(priv + "/f0") ? 0 : 1;
         }) == 0);
+  // Cached now, the victim's file is still refused to the attacker's order, as a missing one.
+  Held again(kAttacker, [&] { return write_order(mount, "#stream probe2\nprivate/f0\nnone\n"); });
+  REQUIRE(again.result() == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "prefetch.streams.probe2.rejected_entries") == 2);
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+// RightsChecked: whose right to read a file was last confirmed, so that an order naming
+// files already cached is checked once per file and user, not once per epoch.
+//
+// Owner: the Engine. A cached file needs no copy, but an order naming it still gains from it
+// (its counters, its files kept in the cache by their next use): so it is checked with the
+// publisher's rights as a copy would be (prefetch/credentials.h). A user whose right was
+// confirmed is remembered here; a user whose right is revoked later is refused again once a
+// newer check takes the slot (reads through the mount are the kernel's to allow, always).
+//
+// Bounded: a direct-mapped table of a fixed number of slots, indexed by file id, each one
+// atomic word (file id and uid): a file whose slot another took is checked again.
+//
+// Thread-safety: all methods may be called from any thread; no lock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "cachestore/eviction_policy.h"
+
+namespace epochfs::prefetch {
+
+class RightsChecked {
+ public:
+  static constexpr size_t kDefaultSlots = size_t{1} << 20;  // 8 MiB: an ImageNet-1k order
+
+  explicit RightsChecked(size_t slots = kDefaultSlots)
+      : slots_(slots), table_(std::make_unique<std::atomic<uint64_t>[]>(slots)) {}
+
+  // Whether uid's right to read id was confirmed (and not forgotten since).
+  bool confirmed(cachestore::FileId id, uid_t uid) const {
+    return table_[id % slots_].load(std::memory_order_relaxed) == key(id, uid);
+  }
+
+  void confirm(cachestore::FileId id, uid_t uid) {
+    table_[id % slots_].store(key(id, uid), std::memory_order_relaxed);
+  }
+
+ private:
+  // Never 0 (an empty slot): the uid is stored plus one.
+  static uint64_t key(cachestore::FileId id, uid_t uid) {
+    return (uint64_t{id} << 32) | (static_cast<uint64_t>(uid) + 1);
+  }
+
+  const size_t slots_;
+  std::unique_ptr<std::atomic<uint64_t>[]> table_;
+};
+
+}  // namespace epochfs::prefetch
