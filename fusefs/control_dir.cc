@@ -218,6 +218,7 @@ void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("publish_failures", p.publish_failures);
   o.field("publishes_over_limit", p.publishes_over_limit);
   o.field("upload_bytes", s.upload_bytes);
+  o.field("path_bytes", s.path_bytes);
   o.field("uploads_over_limit", s.uploads_over_limit);
   o.field("planning", p.planning);
   o.field("jobs", p.jobs);

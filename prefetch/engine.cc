@@ -41,7 +41,9 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
       guard_(source, guard_options(source, options.source)),
       uploads_("bytes of uploads being written", "--max-upload-memory-per-user",
                options.limits.upload_bytes_per_user, "--max-upload-memory",
-               options.limits.upload_bytes) {
+               options.limits.upload_bytes),
+      paths_("bytes of paths in the path registry", "--max-path-memory-per-user",
+             options.limits.path_bytes_per_user, "--max-path-memory", options.limits.path_bytes) {
   PlannerOptions planner;
   planner.lookahead = options_.lookahead;
   planner.stage_threads = options_.stage_threads;
@@ -90,9 +92,10 @@ Engine::~Engine() {
 
 std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publisher publisher) {
   // The mount's own order (--shuffle-file) is the operator's, not a user's: not charged.
-  UserLedger* ledger = publisher.is_mount ? nullptr : &uploads_;
-  return std::make_unique<OrderUpload>(kind, std::move(publisher), registry_, *planner_, ledger,
-                                       options_.limits.entries_per_user);
+  const bool charged = !publisher.is_mount;
+  return std::make_unique<OrderUpload>(
+      kind, std::move(publisher), registry_, *planner_, charged ? &uploads_ : nullptr,
+      options_.limits.entries_per_user, charged ? &paths_ : nullptr);
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
@@ -418,6 +421,7 @@ EngineStats Engine::stats() const {
   s.copies_dropped = copies_dropped_.load(kRelaxed);
   s.files_known = registry_.size();
   s.upload_bytes = uploads_.total();
+  s.path_bytes = paths_.total();
   s.uploads_over_limit = uploads_.refused();
   s.waits = waits_.load(kRelaxed);
   s.stall_ns = stall_ns_.load(kRelaxed);

@@ -107,6 +107,7 @@ struct EngineStats {
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t files_known = 0;
   uint64_t upload_bytes = 0;                // held by uploads being written
+  uint64_t path_bytes = 0;                  // new paths users' orders added to the registry
   uint64_t uploads_over_limit = 0;          // writes refused by the upload memory limits
   uint64_t waits = 0;                       // opens that waited for a copy in flight
   uint64_t stall_ns = 0;                    // time those opens waited
@@ -267,6 +268,7 @@ class Engine final : public PrefetchSink {
   std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
   SourceGuard guard_;                  // last: its threads may call into the planner (replan)
   UserLedger uploads_;                 // memory of uploads being written, by user
+  UserLedger paths_;                   // memory of the paths users' orders registered
 
   // Counters. Relaxed: independent statistics, read as a snapshot.
   std::atomic<uint64_t> opens_{0};

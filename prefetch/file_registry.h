@@ -40,6 +40,9 @@ using cachestore::FileVersion;
 
 class FileRegistry {
  public:
+  // What a path costs besides its bytes: its NUL, its record and its index slot.
+  static constexpr size_t kBytesPerPath = 49;
+
   // The id of path, assigned on first use.
   FileId id_of(std::string_view path);
   // The id of path if it has one; assigns none.

@@ -75,6 +75,11 @@ struct JobLimits {
   // together: checked at each write, so an upload held open cannot grow without bound.
   uint64_t upload_bytes_per_user = uint64_t{256} << 20;
   uint64_t upload_bytes = uint64_t{1} << 30;
+  // Memory of the paths one user's orders add to the path registry, and all users' together.
+  // The registry keeps a path for the mount's life, so what a user adds stays charged to
+  // them: below the registry's 4 GiB of paths, so that no user can exhaust it for others.
+  uint64_t path_bytes_per_user = uint64_t{2} << 30;
+  uint64_t path_bytes = uint64_t{3} << 30;
   // A job with no publish and no open of its streams' files for this long ends.
   double idle_timeout_s = 3600;
 };

@@ -8,13 +8,14 @@
 namespace epochfs::prefetch {
 
 OrderUpload::OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner,
-                         UserLedger* ledger, uint64_t max_entries)
+                         UserLedger* ledger, uint64_t max_entries, UserLedger* paths_ledger)
     : kind_(kind),
       publisher_(std::move(publisher)),
       registry_(registry),
       planner_(planner),
       ledger_(ledger),
       max_entries_(max_entries),
+      paths_ledger_(paths_ledger),
       parser_([this](std::string_view entry, uint64_t line) { add_entry(entry, line); }, &rejects_,
               OrderForm::kPaths) {}
 
@@ -130,9 +131,18 @@ FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> k
   return kPending | static_cast<FileId>(pending_ends_.size() - 1);
 }
 
-void OrderUpload::register_pending() {
+cachestore::Status OrderUpload::register_pending() {
   if (pending_ends_.empty()) {
-    return;
+    return cachestore::Status::ok();
+  }
+  if (paths_ledger_ != nullptr) {
+    const uint64_t bytes =
+        pending_paths_.size() + pending_ends_.size() * FileRegistry::kBytesPerPath;
+    if (cachestore::Status charged = paths_ledger_->charge(publisher_.uid, bytes);
+        !charged.is_ok()) {
+      over_limit_ = true;
+      return charged;
+    }
   }
   std::vector<FileId> ids(pending_ends_.size());
   uint32_t begin = 0;
@@ -148,6 +158,7 @@ void OrderUpload::register_pending() {
   }
   std::string().swap(pending_paths_);
   std::vector<uint32_t>().swap(pending_ends_);
+  return cachestore::Status::ok();
 }
 
 PublishReport OrderUpload::refuse(std::string message) {
@@ -178,7 +189,11 @@ const PublishReport& OrderUpload::finish() {
       drop_held();
       return *report_;
     }
-    register_pending();
+    if (cachestore::Status registered = register_pending(); !registered.is_ok()) {
+      report_ = refuse("not published: " + registered.context());
+      drop_held();
+      return *report_;
+    }
   }
   if (kind_ == Kind::kManifest) {
     entries_.resize(parser_.entry_lines(), Planner::kNoFile);

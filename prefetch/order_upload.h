@@ -9,7 +9,9 @@
 //
 // What an upload holds while written (entries and new paths) is charged to its writer in the
 // ledger given, checked at each write: the write that would pass the writer's limit fails with
-// EDQUOT and the upload will not publish. So is one that passes --max-entries-per-user.
+// EDQUOT and the upload will not publish. So is one that passes --max-entries-per-user. The
+// new paths an admitted upload registers are charged to its writer in paths_ledger for good
+// (the registry keeps them for the mount's life): past that limit the upload is refused whole.
 //
 // Thread-safety: none; one upload is written by one writer at a time (its FUSE handle's lock).
 #pragma once
@@ -32,10 +34,11 @@ class OrderUpload {
  public:
   enum class Kind { kOrder, kManifest };
 
-  // ledger: where the upload's memory is charged to its writer; null charges nothing (the
-  // mount's own --shuffle-file).
+  // ledger, paths_ledger: where the upload's memory and the registry's for its new paths are
+  // charged to its writer; null charges nothing (the mount's own --shuffle-file).
   OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner,
-              UserLedger* ledger = nullptr, uint64_t max_entries = UINT64_MAX);
+              UserLedger* ledger = nullptr, uint64_t max_entries = UINT64_MAX,
+              UserLedger* paths_ledger = nullptr);
   ~OrderUpload();
   OrderUpload(const OrderUpload&) = delete;
   OrderUpload& operator=(const OrderUpload&) = delete;
@@ -58,8 +61,8 @@ class OrderUpload {
   // known: path's id if the registry knows it (looked up once, by add_entry); else a pending
   // entry (kPending | its index).
   FileId id_or_pending(std::string_view path, std::optional<FileId> known);
-  // Registers the pending paths and puts their ids in place.
-  void register_pending();
+  // Charges the pending paths to the writer, then registers them and puts their ids in place.
+  cachestore::Status register_pending();
   PublishReport refuse(std::string message);
   // Grows the buffers for `entries` entries and a new path of path_bytes, charging the growth
   // to the writer before it is made, so that an upload never holds more than its writer's
@@ -76,6 +79,7 @@ class OrderUpload {
   Planner& planner_;
   UserLedger* const ledger_;
   const uint64_t max_entries_;
+  UserLedger* const paths_ledger_;
   uint64_t charged_ = 0;  // bytes charged to the writer in ledger_
   RejectReport rejects_;
   OrderParser parser_;

@@ -158,6 +158,32 @@ TEST_CASE("an upload held open holds no more than its writer's limit", "[mount][
   CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
 }
 
+TEST_CASE("new paths one user's orders add to the registry stay within their limit",
+          "[mount][tenant]") {
+  Node node(10);
+  Mount mount(node.dir / "src", node.dir / "mnt",
+              {"--allow-other", "--max-path-memory-per-user", "256K", "--max-path-memory", "1M"});
+  // Order after order of distinct missing paths, each job ended: the registry keeps them all,
+  // charged to their publisher, until an order passes the limit and is refused whole.
+  const int refused_at = run_as(kAttacker, [&] {
+    for (int order = 0; order < 100; ++order) {
+      std::string text = "#job j" + std::to_string(order) + "\n";
+      for (int i = 0; i < 1000; ++i) {
+        text += "missing/" + std::to_string(order) + "/" + std::to_string(i) + "\n";
+      }
+      if (write_order(mount, text) != 0) {
+        return order;
+      }
+    }
+    return 255;
+  });
+  CHECK(refused_at > 0);
+  CHECK(refused_at < 100);
+  CHECK(stat_of(mount, "prefetch.path_bytes") <= 256 << 10);
+  // The victim's job publishes and trains as before.
+  CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+}
+
 TEST_CASE("one user's jobs cannot take every stream of the mount", "[mount][tenant]") {
   Node node(10);
   Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});

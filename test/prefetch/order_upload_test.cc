@@ -139,5 +139,37 @@ TEST_CASE("an upload past the per-user entry limit is refused while written", "[
   CHECK(registry.size() == 0);
 }
 
+TEST_CASE("the paths a user's orders add to the registry stay charged to them", "[upload]") {
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  UserLedger paths("bytes of paths", "--max-path-memory-per-user", 40 << 10, "--max-path-memory",
+                   1 << 20);
+  const auto publish = [&](const std::string& text) {
+    OrderUpload upload(OrderUpload::Kind::kOrder, me(), registry, planner, nullptr, UINT64_MAX,
+                       &paths);
+    REQUIRE(upload.write(0, text).is_ok());
+    return upload.finish();
+  };
+  // 100 new paths: charged, and still charged once the order is published and gone.
+  const std::string first = long_order(100);
+  CHECK(publish(first).ok);
+  const uint64_t held = paths.held(::getuid());
+  CHECK(held >= 100 * FileRegistry::kBytesPerPath);
+  CHECK(registry.size() == 100);
+  // The same paths again cost nothing: the registry knows them.
+  CHECK(publish(first).ok);
+  CHECK(paths.held(::getuid()) == held);
+  // An order whose new paths pass the limit is refused whole, and registers none of them.
+  std::string more = "#stream other\n";
+  for (int i = 0; i < 1000; ++i) {
+    more += "other/" + std::to_string(i) + "\n";
+  }
+  const PublishReport r = publish(more);
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.message, Catch::Contains("--max-path-memory-per-user 40960"));
+  CHECK(registry.size() == 100);
+  CHECK(paths.held(::getuid()) == held);
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch

@@ -32,6 +32,8 @@ struct MountArgs {
   std::string cache_size = "unlimited";
   std::string upload_memory_per_user = "256M";
   std::string upload_memory = "1G";
+  std::string path_memory_per_user = "2G";
+  std::string path_memory = "3G";
   std::string cache_reserve = "5%";
   std::string lookahead = "auto";
   bool no_cache = false;
@@ -93,6 +95,14 @@ void add_user_limit_options(CLI::App* cmd, MountArgs& args) {
   cmd->add_option("--max-upload-memory", args.upload_memory,
                   "Memory the orders all users are writing may hold; above the per-user limit")
       ->default_val(args.upload_memory);
+  cmd->add_option("--max-path-memory-per-user", args.path_memory_per_user,
+                  "Memory the paths one user's orders add to the daemon's path registry may take "
+                  "(a size; kept until the unmount); past it, an order with new paths is refused")
+      ->default_val(args.path_memory_per_user);
+  cmd->add_option("--max-path-memory", args.path_memory,
+                  "Memory the paths all users' orders add may take; above the per-user limit and "
+                  "below the registry's 4G")
+      ->default_val(args.path_memory);
   cmd->add_option("--max-opens-per-user", args.options.fs.opens_per_user,
                   "Files and directories one user may hold open through an --allow-other mount "
                   "(at most half the daemon's share for readers); past it, open fails with "
@@ -101,26 +111,42 @@ void add_user_limit_options(CLI::App* cmd, MountArgs& args) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
 }
 
+// A per-user limit and the mount's, given as sizes under the flags --max-NAME-per-user and
+// --max-NAME; false (with a message) if one is malformed or the per-user one is not below.
+bool parse_limit_pair(const char* name, const std::string& per_user_text,
+                      const std::string& all_text, uint64_t* per_user, uint64_t* all) {
+  auto p = parse_size(per_user_text);
+  auto a = parse_size(all_text);
+  if (!p || !a || *p == 0) {
+    fprintf(stderr, "epochfs: --max-%s-per-user %s, --max-%s %s: expected sizes such as 256M\n",
+            name, per_user_text.c_str(), name, all_text.c_str());
+    return false;
+  }
+  if (*p >= *a) {
+    fprintf(stderr,
+            "epochfs: --max-%s-per-user %s must be below --max-%s %s, so that no one user can "
+            "reach the mount's limit\n",
+            name, per_user_text.c_str(), name, all_text.c_str());
+    return false;
+  }
+  *per_user = *p;
+  *all = *a;
+  return true;
+}
+
 // Fills the per-user limits given as sizes; false (with a message) if one is malformed.
 bool apply_limit_flags(const MountArgs& args, prefetch::JobLimits& limits) {
-  auto per_user = parse_size(args.upload_memory_per_user);
-  auto all = parse_size(args.upload_memory);
-  if (!per_user || !all || *per_user == 0) {
-    fprintf(stderr,
-            "epochfs: --max-upload-memory-per-user %s, --max-upload-memory %s: expected "
-            "sizes such as 256M\n",
-            args.upload_memory_per_user.c_str(), args.upload_memory.c_str());
+  if (!parse_limit_pair("upload-memory", args.upload_memory_per_user, args.upload_memory,
+                        &limits.upload_bytes_per_user, &limits.upload_bytes) ||
+      !parse_limit_pair("path-memory", args.path_memory_per_user, args.path_memory,
+                        &limits.path_bytes_per_user, &limits.path_bytes)) {
     return false;
   }
-  if (*per_user >= *all) {
-    fprintf(stderr,
-            "epochfs: --max-upload-memory-per-user %s must be below --max-upload-memory "
-            "%s, so that no one user can reach the mount's limit\n",
-            args.upload_memory_per_user.c_str(), args.upload_memory.c_str());
+  if (limits.path_bytes > (uint64_t{4} << 30)) {
+    fprintf(stderr, "epochfs: --max-path-memory %s: the path registry holds at most 4G\n",
+            args.path_memory.c_str());
     return false;
   }
-  limits.upload_bytes_per_user = *per_user;
-  limits.upload_bytes = *all;
   return true;
 }
 
