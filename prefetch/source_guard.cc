@@ -345,8 +345,12 @@ bool SourceGuard::clear_returned() {
   {
     MutexLock shared_lock(shared_->mu);  // the jobs' state
     MutexLock lock(mu_);
+    // A call abandoned while still queued never starts: it was never in the source.
+    const auto returned = [](const std::shared_ptr<Job>& job) {
+      return job->done || !job->started;
+    };
     for (auto it = hung_.begin(); it != hung_.end();) {
-      if (it->stuck->done) {
+      if (returned(it->stuck)) {
         cleared.push_back(std::move(it->path));
         it = hung_.erase(it);
       } else {
@@ -354,7 +358,7 @@ bool SourceGuard::clear_returned() {
       }
     }
     hung_count_.store(hung_.size(), std::memory_order_release);
-    std::erase_if(unrecorded_, [](const std::shared_ptr<Job>& job) { return job->done; });
+    std::erase_if(unrecorded_, returned);
     if (!cleared.empty()) {
       unrecorded_.clear();  // room again: a call that hangs again is recorded
     }

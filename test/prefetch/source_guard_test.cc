@@ -245,5 +245,37 @@ TEST_CASE("past the hung paths kept, the source stays down until a stuck call re
   wait_until([&] { return !guard.down() && guard.health().hung_paths == 0; });
 }
 
+TEST_CASE("a call that timed out still queued leaves its path clear", "[source_guard]") {
+  Root r;
+  SourceGuard guard(*r.root, SourceGuardOptions{0.2, 30, 1});  // one calling thread
+  guard.start({});
+  Hang hang;
+  std::atomic<int> ran{0};
+  // a's call takes the one thread and hangs; b's, made meanwhile, waits in the queue, times
+  // out and never runs.
+  std::atomic<bool> a_running{false};
+  auto a = std::async(std::launch::async, [&] {
+    return guard.call<int>("a", true, [&]() -> Result<int> {
+      a_running = true;
+      hang.gate.wait();
+      return 1;
+    });
+  });
+  wait_until([&] { return a_running.load(); });
+  auto b = guard.call<int>("b", true, [&]() -> Result<int> {
+    ++ran;
+    return 2;
+  });
+  CHECK(is_outage_error(b.error_code()));
+  CHECK(is_outage_error(a.get().error_code()));
+  // b never reached the source: it is clear again at the prober's next look; a stays hung
+  // until its call returns.
+  wait_until([&] { return !guard.hung("b"); });
+  CHECK(guard.hung("a"));
+  CHECK(ran == 0);
+  hang.released.set_value();
+  wait_until([&] { return !guard.down() && guard.health().hung_paths == 0; });
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch
