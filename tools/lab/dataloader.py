@@ -20,7 +20,16 @@ The setup:
   published (``--lookahead 0``), ``copy-first`` copies the dataset to the local disk before
   training (the copy counted in epoch 1);
 - each run's epochs one after the other in a fresh trainer process, the page cache's file
-  pages dropped before each epoch.
+  pages dropped before each epoch;
+- when the order is published: by default (``--order ahead``) the sampler has a seeded
+  generator, so ``PublishingSampler`` publishes epoch 1 when made and each next epoch ahead;
+  with ``--order at-start`` it is ``RandomSampler`` without a generator (what
+  ``DataLoader(shuffle=True)`` makes; seeded through torch's global seed), whose order exists
+  only when the epoch's ``__iter__`` draws it: published then, the loader iterating at once.
+
+For epochfs runs, each epoch also reports the misses, waits and stall, and the bytes read from
+the source by misses and by staging; and, polled every 20 ms, the time from the epoch's start
+to its first staged file and the misses, waits and stall of its first second.
 
 The daemon's CPU is read from /proc/<pid>/stat (user + system, all threads) at each epoch's
 start and end. The CPU per hit is the last epoch's CPU over its hits (when it staged
@@ -99,7 +108,11 @@ def trainer_main(a):
         copy_tree(a.copy_from, a.data_root)
         copy_seconds = time.monotonic() - start
     dataset = torchvision.datasets.ImageFolder(a.data, loader=load, is_valid_file=lambda p: True)
-    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(a.seed))
+    if a.order == "at-start":
+        torch.manual_seed(a.seed)
+        sampler = RandomSampler(dataset)
+    else:
+        sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(a.seed))
     if a.publish:
         sampler = epochfs.torch.PublishingSampler(sampler, a.data,
                                                   epochfs.torch.dataset_paths(dataset))
@@ -112,6 +125,7 @@ def trainer_main(a):
         before = epochfs.stats(a.data) if on_mount else None
         cpu_before = cpu_seconds(a.daemon_pid) if a.daemon_pid else 0
         start = time.monotonic() - (copy_seconds if epoch == 0 else 0)
+        watch = FirstSecond(a.data, before, start) if on_mount else None
         samples = 0
         for count, _labels in loader:
             time.sleep(a.compute_ms / 1000)
@@ -127,7 +141,56 @@ def trainer_main(a):
             row["misses"] = after["misses"] - before["misses"]
             row["files_staged"] = (after["cache"]["files_staged"]
                                    - before["cache"]["files_staged"])
+            row.update(stall_counters(before, after))
+            staged_bytes = after["cache"]["bytes_staged"] - before["cache"]["bytes_staged"]
+            row["mb_staged"] = round(staged_bytes / 1e6, 1)
+            row.update(watch.finish())
         print(json.dumps(row), flush=True)
+
+
+def stall_counters(before, after):
+    """Misses, waits, stall and bytes read from the source (by misses) between two stats."""
+    return {"misses": after["misses"] - before["misses"],
+            "waits": after["waits"] - before["waits"],
+            "stall_s": round(after["stall_seconds"] - before["stall_seconds"], 3),
+            "mb_from_source": round((after["bytes_from_source"]
+                                     - before["bytes_from_source"]) / 1e6, 1)}
+
+
+class FirstSecond:
+    """Polls a mount's stats every 20 ms from an epoch's start: when its first copy was staged,
+    and its misses, waits and stall in its first second."""
+
+    def __init__(self, data, before, start):
+        import threading
+        self.data, self.before, self.start = data, before, start
+        self.first_staged_s = None
+        self.first_second = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+        self.thread.start()
+
+    def poll(self):
+        import epochfs
+        staged_before = self.before["cache"]["files_staged"]
+        while not self.stop.is_set():
+            now = time.monotonic() - self.start
+            stats = epochfs.stats(self.data)
+            if self.first_staged_s is None and stats["cache"]["files_staged"] > staged_before:
+                self.first_staged_s = round(now, 3)
+            if self.first_second is None and now >= 1:
+                self.first_second = stall_counters(self.before, stats)
+            if self.first_staged_s is not None and self.first_second is not None:
+                return
+            self.stop.wait(0.02)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        out = {"first_staged_s": self.first_staged_s}
+        for key, value in (self.first_second or {}).items():
+            out["first_s_" + key] = value
+        return out
 
 
 def copy_tree(source, target):
@@ -146,7 +209,7 @@ def run_trainer(a, data, *, publish, daemon_pid=0, copy_from=None, data_root=Non
     argv = [sys.executable, os.path.abspath(__file__), "--trainer", "--data", data,
             "--epochs", str(a.epochs), "--workers", str(a.workers), "--batch", str(a.batch),
             "--compute-ms", str(a.compute_ms), "--seed", str(a.seed),
-            "--daemon-pid", str(daemon_pid)]
+            "--daemon-pid", str(daemon_pid), "--order", a.order]
     if publish:
         argv.append("--publish")
     if copy_from:
@@ -202,17 +265,21 @@ def cpu_per_file(rows):
 def print_table(results):
     ideal = {r["epoch"]: r["samples_per_s"] for r in results.get("ideal", [])}
     direct = {r["epoch"]: r["samples_per_s"] for r in results.get("direct", [])}
-    print("%-16s %5s %10s %8s %8s %10s %8s" % ("run", "epoch", "samples/s", "x ideal",
-                                              "x direct", "daemon CPU", "hits"))
+    print("%-16s %5s %10s %8s %8s %10s %6s %6s %6s %7s %8s %9s" % (
+        "run", "epoch", "samples/s", "x ideal", "x direct", "daemon CPU", "hits", "misses",
+        "waits", "stall", "1st copy", "1st-s stall"))
     for name, rows in results.items():
         for r in rows:
             e = r["epoch"]
-            print("%-16s %5d %10.0f %8s %8s %10s %8s" % (
+            print("%-16s %5d %10.0f %8s %8s %10s %6s %6s %6s %7s %8s %9s" % (
                 name, e, r["samples_per_s"],
                 "%.2f" % (r["samples_per_s"] / ideal[e]) if e in ideal else "-",
                 "%.2f" % (r["samples_per_s"] / direct[e]) if e in direct else "-",
                 "%.2f s" % r["daemon_cpu_s"] if "daemon_cpu_s" in r else "-",
-                r.get("hits", "-")))
+                r.get("hits", "-"), r.get("misses", "-"), r.get("waits", "-"),
+                "%.2f s" % r["stall_s"] if "stall_s" in r else "-",
+                "%.3f s" % r["first_staged_s"] if r.get("first_staged_s") is not None else "-",
+                "%.2f s" % r["first_s_stall_s"] if "first_s_stall_s" in r else "-"))
         staged, hit = cpu_per_file(rows)
         if hit is not None:
             print("%-16s daemon CPU per staged file %s µs, per hit %s µs" % (
@@ -267,6 +334,9 @@ def main():
     ap.add_argument("--read-ms", type=float, default=0.4, help="the source's time per read")
     ap.add_argument("--mbs", type=float, default=300, help="the source's link in MB/s")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--order", choices=("ahead", "at-start"), default="ahead",
+                    help="when the sampler's order exists: drawn ahead (a seeded generator) or "
+                    "only at the epoch's start (RandomSampler without one)")
     ap.add_argument("--json", help="also write every figure to this file")
     # The trainer process's own arguments.
     ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
