@@ -219,7 +219,7 @@ size_t Jobs::streams_of(uid_t uid) const {
 }
 
 Status Jobs::check(const Job& job, size_t new_streams, uint64_t entries, uint64_t freed,
-                   uint64_t user_entries_now) const {
+                   uint64_t user_now, uint64_t all_now) const {
   if (job.permanent) {
     return Status::ok();
   }
@@ -235,13 +235,20 @@ Status Jobs::check(const Job& job, size_t new_streams, uint64_t entries, uint64_
                                      " streams, the per-user limit (--max-streams-per-user " +
                                      std::to_string(limits_.streams_per_user) + ")");
   }
-  const uint64_t after = user_entries_now - std::min(freed, user_entries_now) + entries;
+  const uint64_t after = user_now - std::min(freed, user_now) + entries;
   if (after > limits_.entries_per_user) {
     return Status::error(EDQUOT, "user " + std::to_string(job.uid) + " would hold " +
                                      std::to_string(after) + " order and manifest entries, " +
                                      std::to_string(after - limits_.entries_per_user) +
                                      " over the per-user limit (--max-entries-per-user " +
                                      std::to_string(limits_.entries_per_user) + ")");
+  }
+  const uint64_t all_after = all_now - std::min(freed, all_now) + entries;
+  if (all_after > limits_.entries) {
+    return Status::error(EDQUOT, "all users would hold " + std::to_string(all_after) +
+                                     " order and manifest entries, over the mount's limit "
+                                     "(--max-entries " +
+                                     std::to_string(limits_.entries) + ")");
   }
   return Status::ok();
 }

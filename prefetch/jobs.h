@@ -71,6 +71,9 @@ struct JobLimits {
   size_t streams_per_user = 256;
   // Order entries (8 bytes each) and manifest entries (4 bytes) one user's jobs hold.
   uint64_t entries_per_user = uint64_t{64} << 20;
+  // The same, all users' jobs together (the mount's own --shuffle-file aside): above the
+  // per-user limit, so that the orders users publish hold at most 2 GiB.
+  uint64_t entries = uint64_t{256} << 20;
   // Memory the uploads one user is writing may hold (entries and new paths), and all users'
   // together: checked at each write, so an upload held open cannot grow without bound.
   uint64_t upload_bytes_per_user = uint64_t{256} << 20;
@@ -117,9 +120,10 @@ class Jobs {
 
   // EDQUOT if adding `streams` new streams and `entries` entries to job would pass a limit;
   // the message names the limit and by how much. `freed` entries of the job go at the same
-  // time (an order or manifest replaced).
+  // time (an order or manifest replaced). user_now and all_now: the entries job's user and all
+  // users hold now.
   cachestore::Status check(const Job& job, size_t new_streams, uint64_t entries, uint64_t freed,
-                           uint64_t user_entries_now) const;
+                           uint64_t user_now, uint64_t all_now) const;
 
   // Every job, for sweeps and stats.
   std::map<std::pair<uid_t, std::string>, Job>& all() { return jobs_; }

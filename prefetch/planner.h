@@ -200,7 +200,8 @@ class Planner final : public cachestore::NextUseOracle {
   void run();
   void plan_pass();
   void end_job(Job& job) REQUIRES(mu_);
-  uint64_t user_entries(uid_t uid) const REQUIRES(mu_);
+  // Entries users' jobs hold: uid's, or every user's (nullopt). The mount's own jobs aside.
+  uint64_t entries_held(std::optional<uid_t> uid) const REQUIRES(mu_);
   cachestore::Status admission(const Job& job, const OrderHeader& header, bool manifest,
                                uint64_t entries) const REQUIRES(mu_);
   void reset_stream(size_t stream) REQUIRES(mu_);

@@ -70,10 +70,10 @@ Job* Planner::job_of(const Publisher& publisher, const OrderHeader& header, Publ
   return job.value();
 }
 
-uint64_t Planner::user_entries(uid_t uid) const {
+uint64_t Planner::entries_held(std::optional<uid_t> uid) const {
   uint64_t n = 0;
   for (const auto& [key, job] : jobs_.all()) {
-    if (key.first != uid) {
+    if ((uid && key.first != *uid) || job.permanent) {
       continue;
     }
     for (size_t s : job.streams) {
@@ -102,7 +102,8 @@ cachestore::Status Planner::admission(const Job& job, const OrderHeader& header,
       freed = schedule_.stream_entries(*existing);  // a restart drops what was queued
     }
   }
-  return jobs_.check(job, new_streams, entries, freed, user_entries(job.uid));
+  return jobs_.check(job, new_streams, entries, freed, entries_held(job.uid),
+                     entries_held(std::nullopt));
 }
 
 cachestore::Status Planner::admits(const Publisher& publisher, const OrderHeader& header,

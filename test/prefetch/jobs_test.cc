@@ -153,6 +153,21 @@ TEST_CASE("limits refuse a publish and say which and by how much", "[jobs]") {
   CHECK(planner.stats().publishes_over_limit == 4);
 }
 
+TEST_CASE("all users' orders together stay within the mount's entry limit", "[jobs]") {
+  PlannerOptions options;
+  options.limits.entries_per_user = 10;
+  options.limits.entries = 15;
+  Planner planner(options);
+  CHECK(planner.publish(user(1000), header("a", "s0"), {1, 2, 3, 4, 5, 6, 7, 8}, {}).ok);
+  // Within the second user's own limit, but past the mount's: refused, and says so.
+  auto r = planner.publish(user(1001), header("a", "s0"), {1, 2, 3, 4, 5, 6, 7, 8}, {});
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.message, Catch::Contains("--max-entries 15") && Catch::Contains("would hold 16"));
+  // The mount's own order (--shuffle-file) is the operator's: not counted against users.
+  CHECK(planner.publish(Publisher::mount(), header(std::nullopt, "default"), {1, 2, 3}, {}).ok);
+  CHECK(planner.publish(user(1001), header("a", "s0"), {1, 2, 3, 4, 5, 6, 7}, {}).ok);
+}
+
 TEST_CASE("a job ends when its processes have exited, and its streams go", "[jobs]") {
   Planner planner(PlannerOptions{});
   CHECK(planner.publish(exited(1000), header("gone", "rank0"), {1, 2}, {}).ok);

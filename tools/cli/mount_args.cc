@@ -53,6 +53,10 @@ void add_job_options(CLI::App* cmd, prefetch::JobLimits& limits) {
                   "Order and manifest entries one user's jobs may hold (8 and 4 bytes each)")
       ->default_val(limits.entries_per_user)
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 31));
+  cmd->add_option("--max-entries", limits.entries,
+                  "Order and manifest entries all users' jobs may hold; above the per-user limit")
+      ->default_val(limits.entries)
+      ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 33));
   cmd->add_option("--max-streams-per-user", limits.streams_per_user,
                   "Streams one user's jobs may hold together: below the mount's 1024, so one "
                   "user cannot take them all")
@@ -140,6 +144,14 @@ bool apply_limit_flags(const MountArgs& args, prefetch::JobLimits& limits) {
                         &limits.upload_bytes_per_user, &limits.upload_bytes) ||
       !parse_limit_pair("path-memory", args.path_memory_per_user, args.path_memory,
                         &limits.path_bytes_per_user, &limits.path_bytes)) {
+    return false;
+  }
+  if (limits.entries_per_user >= limits.entries) {
+    fprintf(stderr,
+            "epochfs: --max-entries-per-user %llu must be below --max-entries %llu, so that no "
+            "one user can reach the mount's limit\n",
+            static_cast<unsigned long long>(limits.entries_per_user),
+            static_cast<unsigned long long>(limits.entries));
     return false;
   }
   if (limits.path_bytes > (uint64_t{4} << 30)) {
