@@ -242,6 +242,7 @@ def run_one(a, name, dirs):
         argv += ["--lookahead", "0"]
     else:
         argv += ["--data-path", name.split("-", 1)[1]]
+    argv += a.mount_args.split()
     mount = Daemon(argv, mnt)
     try:
         return run_trainer(a, os.path.join(mnt, "train"), publish=name != "lru",
@@ -338,6 +339,8 @@ def main():
                     help="when the sampler's order exists: drawn ahead (a seeded generator) or "
                     "only at the epoch's start (RandomSampler without one)")
     ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--mount-args", default="",
+                    help="more options for the epochfs mounts, as one string")
     # The trainer process's own arguments.
     ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
