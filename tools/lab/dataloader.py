@@ -9,8 +9,16 @@ epochfs-slowfs binaries (--build) and the Python package in tools/python.
 The setup:
 
 - --files files of about --kb KB (random bytes, 10 class folders) under <dir>/data/train;
-- the shared storage: epochfs-slowfs serving <dir>/data at <dir>/shared, each open taking
-  --open-ms, each read (up to 128 KiB) --read-ms, read data sharing a link of --mbs MB/s;
+- the shared storage: epochfs-slowfs serving a copy of <dir>/data kept in memory (/dev/shm: the
+  storage server's own cache, which dropping this node's page cache does not touch) at
+  <dir>/shared, each open taking --open-ms, each read (up to 128 KiB) --read-ms, read data
+  sharing a link of --mbs MB/s. With --source-on-disk it serves <dir>/data itself: then the
+  source can go no faster than the local disk the ideal run reads, whatever --mbs says;
+- the caches: on a fresh ext4 filesystem (with its journal, as mkfs.ext4 makes it) in a loop
+  file under <dir>, as on a node's NVMe scratch. --cache-fs here puts them in <dir> itself:
+  where that is ext4 without a journal, every new file costs the kernel a search past the
+  inodes freed in the last minutes (ext4's recently_deleted), and staging 110 KB files on
+  this machine's disk went ~2.5x slower than on the loop file;
 - the trainer: ``torchvision.datasets.ImageFolder`` whose loader reads each file whole into a
   tensor, a ``DataLoader`` with --workers worker processes and batches of --batch, and
   --compute-ms of sleep per batch for the GPU;
@@ -123,6 +131,7 @@ def trainer_main(a):
         if not (epoch == 0 and a.copy_from):
             drop_pages()
         before = epochfs.stats(a.data) if on_mount else None
+        latency_before = open_latency(a.data) if on_mount else None
         cpu_before = cpu_seconds(a.daemon_pid) if a.daemon_pid else 0
         start = time.monotonic() - (copy_seconds if epoch == 0 else 0)
         watch = FirstSecond(a.data, before, start) if on_mount else None
@@ -145,7 +154,33 @@ def trainer_main(a):
             staged_bytes = after["cache"]["bytes_staged"] - before["cache"]["bytes_staged"]
             row["mb_staged"] = round(staged_bytes / 1e6, 1)
             row.update(watch.finish())
+            row.update(open_latency_delta(latency_before, open_latency(a.data)))
         print(json.dumps(row), flush=True)
+
+
+def open_latency(data):
+    """The mount's open latency histogram (docs/stats.md, metrics): {le: count}, sum, count."""
+    buckets, total, count = {}, 0.0, 0
+    with open(os.path.join(data, "..", ".epochfs", "metrics"), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("epochfs_open_latency_seconds_bucket"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets[le] = int(float(line.rsplit(" ", 1)[1]))
+            elif line.startswith("epochfs_open_latency_seconds_sum"):
+                total = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("epochfs_open_latency_seconds_count"):
+                count = int(float(line.rsplit(" ", 1)[1]))
+    return buckets, total, count
+
+
+def open_latency_delta(before, after):
+    """Mean open time and opens slower than 1 ms between two open_latency() readings."""
+    opens = after[2] - before[2]
+    if opens == 0:
+        return {}
+    fast = after[0].get("0.001", 0) - before[0].get("0.001", 0)
+    return {"open_us": round((after[1] - before[1]) / opens * 1e6),
+            "slow_opens": opens - fast}
 
 
 def stall_counters(before, after):
@@ -205,6 +240,28 @@ def copy_tree(source, target):
                                                 os.path.join(target, p)), files))
 
 
+class CacheFs:
+    """A fresh ext4 filesystem in a loop file under work, mounted until remove()."""
+
+    def __init__(self, work, size):
+        self.image = os.path.join(work, "caches.ext4")
+        self.mount = os.path.join(work, "caches")
+        os.makedirs(self.mount, exist_ok=True)
+        with open(self.image, "wb") as f:
+            f.truncate(int(size))
+        subprocess.run(["mkfs.ext4", "-q", "-F", self.image], check=True)
+        # Direct I/O: the loop device reads the disk, not a second page cache of the image.
+        self.device = subprocess.run(["losetup", "--direct-io=on", "--find", "--show",
+                                      self.image], check=True, capture_output=True,
+                                     text=True).stdout.strip()
+        subprocess.run(["mount", self.device, self.mount], check=True)
+
+    def remove(self):
+        subprocess.run(["umount", self.mount], check=False)
+        subprocess.run(["losetup", "--detach", self.device], check=False)
+        os.unlink(self.image)
+
+
 def run_trainer(a, data, *, publish, daemon_pid=0, copy_from=None, data_root=None):
     argv = [sys.executable, os.path.abspath(__file__), "--trainer", "--data", data,
             "--epochs", str(a.epochs), "--workers", str(a.workers), "--batch", str(a.batch),
@@ -234,7 +291,7 @@ def run_one(a, name, dirs):
         finally:
             shutil.rmtree(local, ignore_errors=True)
     mnt = os.path.join(dirs["work"], "mnt-" + name)
-    cache = os.path.join(dirs["work"], "cache-" + name)
+    cache = os.path.join(dirs["caches"], "cache-" + name)
     os.makedirs(mnt, exist_ok=True)
     argv = [os.path.join(a.build, "bin", "epochfs"), "mount", "--foreground",
             dirs["shared"], mnt, "--cache-dir", cache, "--log-level", "warning"]
@@ -266,13 +323,13 @@ def cpu_per_file(rows):
 def print_table(results):
     ideal = {r["epoch"]: r["samples_per_s"] for r in results.get("ideal", [])}
     direct = {r["epoch"]: r["samples_per_s"] for r in results.get("direct", [])}
-    print("%-16s %5s %10s %8s %8s %10s %6s %6s %6s %7s %8s %9s" % (
+    print("%-16s %5s %10s %8s %8s %10s %6s %6s %6s %7s %8s %9s %7s %6s" % (
         "run", "epoch", "samples/s", "x ideal", "x direct", "daemon CPU", "hits", "misses",
-        "waits", "stall", "1st copy", "1st-s stall"))
+        "waits", "stall", "1st copy", "1st-s stall", "open", ">1 ms"))
     for name, rows in results.items():
         for r in rows:
             e = r["epoch"]
-            print("%-16s %5d %10.0f %8s %8s %10s %6s %6s %6s %7s %8s %9s" % (
+            print("%-16s %5d %10.0f %8s %8s %10s %6s %6s %6s %7s %8s %9s %7s %6s" % (
                 name, e, r["samples_per_s"],
                 "%.2f" % (r["samples_per_s"] / ideal[e]) if e in ideal else "-",
                 "%.2f" % (r["samples_per_s"] / direct[e]) if e in direct else "-",
@@ -280,7 +337,8 @@ def print_table(results):
                 r.get("hits", "-"), r.get("misses", "-"), r.get("waits", "-"),
                 "%.2f s" % r["stall_s"] if "stall_s" in r else "-",
                 "%.3f s" % r["first_staged_s"] if r.get("first_staged_s") is not None else "-",
-                "%.2f s" % r["first_s_stall_s"] if "first_s_stall_s" in r else "-"))
+                "%.2f s" % r["first_s_stall_s"] if "first_s_stall_s" in r else "-",
+                "%d µs" % r["open_us"] if "open_us" in r else "-", r.get("slow_opens", "-")))
         staged, hit = cpu_per_file(rows)
         if hit is not None:
             print("%-16s daemon CPU per staged file %s µs, per hit %s µs" % (
@@ -294,7 +352,16 @@ def bench_main(a):
     os.makedirs(dirs["shared"], exist_ok=True)
     if not os.path.isdir(os.path.join(dirs["data"], "train")):
         make_dataset(os.path.join(dirs["data"], "train"), a.files, a.kb, a.seed)
-    slowfs = Daemon([os.path.join(a.build, "bin", "epochfs-slowfs"), dirs["data"],
+    dirs["caches"] = work
+    loop = None
+    if a.cache_fs == "ext4-loop":
+        loop = CacheFs(work, a.files * a.kb * 1000 * 3)
+        dirs["caches"] = loop.mount
+    served = dirs["data"]
+    if not a.source_on_disk:
+        served = tempfile.mkdtemp(prefix="epochfs-dataloader-source-", dir="/dev/shm")
+        copy_tree(dirs["data"], served)
+    slowfs = Daemon([os.path.join(a.build, "bin", "epochfs-slowfs"), served,
                     dirs["shared"], "--latency-ms", str(a.read_ms), "--open-latency-ms",
                     str(a.open_ms), "--bandwidth-mbs", str(a.mbs)], dirs["shared"])
     results = {}
@@ -306,6 +373,10 @@ def bench_main(a):
                   file=sys.stderr, flush=True)
     finally:
         slowfs.stop()
+        if served != dirs["data"]:
+            shutil.rmtree(served, ignore_errors=True)
+        if loop:
+            loop.remove()
     print_table(results)
     if a.json:
         summary = {name: dict(zip(("cpu_us_per_staged_file", "cpu_us_per_hit"),
@@ -334,6 +405,10 @@ def main():
     ap.add_argument("--open-ms", type=float, default=4, help="the source's time per open")
     ap.add_argument("--read-ms", type=float, default=0.4, help="the source's time per read")
     ap.add_argument("--mbs", type=float, default=300, help="the source's link in MB/s")
+    ap.add_argument("--cache-fs", choices=("ext4-loop", "here"), default="ext4-loop",
+                    help="where the mounts' caches live (see above)")
+    ap.add_argument("--source-on-disk", action="store_true",
+                    help="the source serves the local disk's copy, not one in memory")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--order", choices=("ahead", "at-start"), default="ahead",
                     help="when the sampler's order exists: drawn ahead (a seeded generator) or "
