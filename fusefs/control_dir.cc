@@ -131,6 +131,7 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("files_cached", c.files_ready);
   o.field("copies_queued", s.copies_queued);
   o.field("copies_in_flight", c.staging_now);
+  o.field("copy_limit", s.copy_limit);
   o.field("files_staged", c.files_staged);
   o.field("bytes_staged", c.bytes_staged);
   o.field("copies_aborted", c.staging_aborted);

@@ -159,6 +159,7 @@ void cache_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.one("epochfs_cache_files", "gauge", "Copies ready in the cache.", d(c.files_ready));
   e.one("epochfs_copies_queued", "gauge", "Copies queued or running.", d(s.copies_queued));
   e.one("epochfs_copies_in_flight", "gauge", "Copies running.", d(c.staging_now));
+  e.one("epochfs_copy_limit", "gauge", "Prefetch copies allowed in flight now.", d(s.copy_limit));
   e.one("epochfs_staged_files_total", "counter", "Copies completed.", d(c.files_staged));
   e.one("epochfs_staged_bytes_total", "counter", "Bytes copied into the cache.", d(c.bytes_staged));
   e.one("epochfs_copies_aborted_total", "counter",

@@ -38,6 +38,7 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
     : source_(source),
       options_(options),
       cache_(std::move(cache)),
+      copy_concurrency_(options.stage_threads),
       guard_(source, guard_options(source, options.source)),
       uploads_("bytes of uploads being written", "--max-upload-memory-per-user",
                options.limits.upload_bytes_per_user, "--max-upload-memory",
@@ -436,6 +437,7 @@ EngineStats Engine::stats() const {
     s.cache_dir = cache_->path();
   }
   s.copies_queued = stager_ ? stager_->pending() : 0;
+  s.copy_limit = copy_concurrency_.limit();
   s.planner = planner_->stats();
   s.cache_enabled = cache_ != nullptr;
   s.source = guard_.health();

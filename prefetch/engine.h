@@ -41,6 +41,7 @@
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
+#include "prefetch/copy_concurrency.h"
 #include "prefetch/file_registry.h"
 #include "prefetch/flights.h"
 #include "prefetch/fresh_attrs.h"
@@ -105,6 +106,7 @@ struct EngineStats {
   uint64_t fresh_lookups = 0;   // lookups answered from those
   uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
+  uint64_t copy_limit = 0;      // prefetch copies allowed in flight now (copy_concurrency.h)
   uint64_t files_known = 0;
   uint64_t upload_bytes = 0;                // held by uploads being written
   uint64_t path_bytes = 0;                  // new paths users' orders added to the registry
@@ -263,7 +265,8 @@ class Engine final : public PrefetchSink {
   FreshAttrs fresh_;
   RightsChecked rights_checked_;
   StatBatches stats_ahead_queue_{16};
-  Flights flights_;  // copies in progress, one per file (prefetch/flights.h)
+  Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
+  CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;
   std::unique_ptr<OrderWatch> watch_;  // publishes into the planner: goes first
   SourceGuard guard_;                  // last: its threads may call into the planner (replan)

@@ -37,8 +37,7 @@ unsigned Engine::prefetch_slots() {
   if (guard_.down()) {
     return 0;  // staging pauses; the planner plans again when the source is back (replan)
   }
-  // Twice the threads: one copy running and one queued per thread keeps them all busy.
-  const unsigned limit = 2 * options_.stage_threads;
+  const unsigned limit = copy_concurrency_.limit();
   const unsigned queued = flights_.prefetches();
   return queued >= limit ? 0 : limit - queued;
 }
@@ -128,6 +127,7 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   if (!reader || !may_stage_for(id, stream, *reader, rel_path)) {
     return;  // the stream is gone, or its publisher may not read the file
   }
+  const int64_t start = now_ns();
   auto file = open_source(id, rel_path, false);
   if (!file.is_ok()) {
     if (names_no_file(file.error_code())) {
@@ -135,10 +135,14 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
     }
     return;
   }
-  const int64_t start = now_ns();
   const auto size = static_cast<uint64_t>(file.value().version.size);
   stage(id, rel_path, std::move(file.value().fd), file.value().version);
-  copy_finished(now_ns() - start, size);
+  const int64_t end = now_ns();
+  // Busy: at least 3/4 of the slots in flight (this copy's counts: it ends on the way out).
+  // Copies that ended a moment ago leave their slots free until the planner's next pass.
+  const bool busy = 4 * flights_.prefetches() >= 3 * copy_concurrency_.limit();
+  copy_concurrency_.finished(end - start, end, busy);
+  copy_finished(end - start, size);
 }
 
 void Engine::check_cached_entry(FileId id, size_t stream) {

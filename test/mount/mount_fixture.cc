@@ -135,12 +135,26 @@ std::optional<int> Mount::wait_exit() {
   return code;
 }
 
+namespace {
+
+std::vector<std::string> slowfs_argv(const std::string& source, const std::string& mountpoint,
+                                     double latency_ms, unsigned max_inflight,
+                                     const std::vector<std::string>& more) {
+  std::vector<std::string> argv = {EPOCHFS_SLOWFS_BINARY,       source,
+                                   mountpoint,                  "--latency-ms",
+                                   std::to_string(latency_ms),  "--max-inflight",
+                                   std::to_string(max_inflight)};
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
+}  // namespace
+
 SlowSource::SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
-                       unsigned max_inflight)
+                       unsigned max_inflight, const std::vector<std::string>& more)
     : mountpoint_(mountpoint),
-      daemon_({EPOCHFS_SLOWFS_BINARY, source, mountpoint, "--latency-ms",
-               std::to_string(latency_ms), "--max-inflight", std::to_string(max_inflight)},
-              mountpoint, "fuse.slowfs", kMountTimeout) {
+      daemon_(slowfs_argv(source, mountpoint, latency_ms, max_inflight, more), mountpoint,
+              "fuse.slowfs", kMountTimeout) {
   if (!daemon_.up()) {
     FAIL("the slow source at " << mountpoint << " did not come up");
   }

@@ -66,11 +66,12 @@ class Mount {
 };
 
 // Slow shared storage: epochfs-slowfs serving source at mountpoint, each open and read
-// answered after latency_ms. Unmounted in the destructor, like Mount.
+// answered after latency_ms; more of slowfs's options in `more` (--bandwidth-mbs). Unmounted in
+// the destructor, like Mount.
 class SlowSource {
  public:
   SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
-             unsigned max_inflight = 64);
+             unsigned max_inflight = 64, const std::vector<std::string>& more = {});
   SlowSource(const SlowSource&) = delete;
   SlowSource& operator=(const SlowSource&) = delete;
 

@@ -336,6 +336,30 @@ TEST_CASE("a paced reader over slow storage is served from the cache", "[mount][
   CHECK(slow.opens() == kFiles);
 }
 
+TEST_CASE("the copies in flight follow a slow link, not the thread count", "[mount][prefetch]") {
+  // A link of 20 MB/s passes ~200 files of 100 KB a second, and a copy alone takes ~6 ms: a
+  // few copies fill it. A fixed two per stage thread (256) split it 128 ways, so the copy a
+  // reader waited for finished as late as the 128th. Counted: the most copies seen running, and
+  // every file staged from one source open.
+  constexpr int kFiles = 300;
+  constexpr int kFew = 32;
+  TempDir dir;
+  make_files(dir / "src", kFiles, 100'000);
+  SlowSource slow(dir / "src", dir / "slow", 1, 64, {"--bandwidth-mbs", "20"});
+  Mount mount(slow.path(), dir / "mnt", {"--lookahead", std::to_string(kFiles)});
+  REQUIRE(publish(mount, order_text(shuffled(0, kFiles, 3))) == 0);
+  double most_in_flight = 0;
+  for (int i = 0; i < 3000 && stat_of(mount, "cache.files_staged") < kFiles; ++i) {
+    most_in_flight = std::max(most_in_flight, stat_of(mount, "cache.copies_in_flight"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(stat_of(mount, "cache.files_staged") == kFiles);
+  CHECK(most_in_flight > 0);
+  CHECK(most_in_flight <= kFew);
+  CHECK(stat_of(mount, "cache.copy_limit") <= kFew);
+  CHECK(slow.opens() == kFiles);
+}
+
 TEST_CASE("a reader that runs into the copies ahead opens each file on the source once",
           "[mount][prefetch]") {
   // The same reader not waiting for staging: its opens meet copies ahead queued, running or

@@ -179,7 +179,8 @@ void add_cache_options(CLI::App* cmd, MountArgs& args) {
                 "Keep the cached copies at unmount for the next mount of the same source "
                 "(each is verified before its first use)");
   cmd->add_option("--stage-threads", o.engine.stage_threads,
-                  "Copies into the cache run at once (reads in flight on the source)")
+                  "The most copies into the cache at once (how many run is learned from the "
+                  "source)")
       ->default_val(o.engine.stage_threads)
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--lookahead", args.lookahead,

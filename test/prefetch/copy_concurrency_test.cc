@@ -1,0 +1,93 @@
+#include "prefetch/copy_concurrency.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <catch2/catch.hpp>
+
+namespace epochfs::prefetch {
+namespace {
+
+// A source as a queue sees it: a copy alone takes latency_s; the link passes at most
+// files_per_s. With n copies in flight they end at min(n / latency, link) a second, each after
+// n / rate (Little's law). Feeds `copies` completions in simulated time, the limit's copies
+// always in flight.
+struct Source {
+  double latency_s;
+  double files_per_s = std::numeric_limits<double>::infinity();
+  int64_t now_ns = 1;
+
+  unsigned run(CopyConcurrency& c, int copies, bool busy = true) {
+    unsigned highest = 0;
+    for (int i = 0; i < copies; ++i) {
+      const double n = c.limit();
+      const double rate = std::min(n / latency_s, files_per_s);
+      now_ns += static_cast<int64_t>(1e9 / rate);
+      c.finished(static_cast<int64_t>(n / rate * 1e9), now_ns, busy);
+      highest = std::max(highest, c.limit());
+    }
+    return highest;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the copy limit settles near the source's rate times a copy's time", "[copy_limit]") {
+  // 5 ms a copy, a link of 2,700 files/s (300 MB/s of 110 KB files): 13.5 copies fill it.
+  CopyConcurrency c(128);
+  Source source{0.005, 2700};
+  CHECK(c.limit() == CopyConcurrency::kInitial);
+  source.run(c, 2000);
+  const double product = 2700 * 0.005;
+  CHECK(c.limit() >= product);
+  CHECK(c.limit() <= CopyConcurrency::kGain * product + 1);
+  // A minute on, with the base measured again every few seconds: no drift upwards (copies
+  // queued behind the headroom must not be taken for a slower source).
+  const unsigned highest = source.run(c, 60 * 2700);
+  CHECK(highest <= CopyConcurrency::kGain * product + 1);
+  CHECK(c.limit() >= product);
+}
+
+TEST_CASE("the copy limit grows to the threads when more copies end sooner", "[copy_limit]") {
+  // No link limit: every copy more in flight is more copies a second.
+  CopyConcurrency c(64);
+  Source source{0.005};
+  source.run(c, 200);
+  CHECK(c.limit() == 64);
+  CHECK(c.rounds() < 10);
+}
+
+TEST_CASE("rounds with idle slots do not grow the copy limit", "[copy_limit]") {
+  CopyConcurrency c(128);
+  Source source{0.005};
+  source.run(c, 500, false);  // the planner had nothing more to stage
+  CHECK(c.limit() == CopyConcurrency::kInitial);
+  CHECK(c.rounds() > 0);
+}
+
+TEST_CASE("the copy limit follows a source that becomes slower", "[copy_limit]") {
+  CopyConcurrency c(256);
+  Source source{0.005, 2700};
+  source.run(c, 20 * 2700);
+  const unsigned before = c.limit();
+  // The server is loaded: each copy now takes 20 ms alone, the link the same.
+  source.latency_s = 0.020;
+  source.run(c, 20 * 2700);
+  CHECK(c.limit() >= 2700 * 0.020);
+  CHECK(c.limit() > before);
+  CHECK(c.limit() <= CopyConcurrency::kGain * 2700 * 0.020 + 1);
+}
+
+TEST_CASE("the copy limit stays within one and the threads", "[copy_limit]") {
+  CopyConcurrency one(1);
+  Source source{0.005};
+  source.run(one, 100);
+  CHECK(one.limit() == 1);
+  CopyConcurrency c(4);
+  source.run(c, 100);
+  CHECK(c.limit() == 4);
+}
+
+}  // namespace epochfs::prefetch
