@@ -233,6 +233,8 @@ void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
     last.field("epoch", p.last_publish->epoch);
     last.field("accepted", p.last_publish->accepted);
     last.field("rejected", p.last_publish->rejects.total);
+    last.field("looked_up", p.last_publish->sample.checked);
+    last.field("found", p.last_publish->sample.found);
     JsonObject examples(last.start("rejected_examples"), 6);
     for (size_t i = 0; i < p.last_publish->rejects.examples.size(); ++i) {
       examples.field(std::to_string(i + 1).c_str(), p.last_publish->rejects.examples[i]);

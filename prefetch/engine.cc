@@ -94,9 +94,33 @@ Engine::~Engine() {
 std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publisher publisher) {
   // The mount's own order (--shuffle-file) is the operator's, not a user's: not charged.
   const bool charged = !publisher.is_mount;
-  return std::make_unique<OrderUpload>(
-      kind, std::move(publisher), registry_, *planner_, charged ? &uploads_ : nullptr,
+  auto upload = std::make_unique<OrderUpload>(
+      kind, publisher, registry_, *planner_, charged ? &uploads_ : nullptr,
       options_.limits.entries_per_user, charged ? &paths_ : nullptr);
+  if (cache_) {
+    upload->look_up_entries_with(
+        [this, creds = publisher.creds](const std::string& rel) { return names_file(rel, creds); });
+  }
+  return upload;
+}
+
+std::optional<bool> Engine::names_file(const std::string& rel_path, const Credentials& creds) {
+  if (guard_.down()) {
+    return std::nullopt;  // an outage is not a wrong path
+  }
+  // Captured by value: a call the guard gives up on may still run after this returns.
+  auto found = guard_.call<bool>(
+      rel_path, false, [root = &source_, rel_path, creds]() -> cachestore::Result<bool> {
+        auto st = root->stat_at(rel_path);
+        Status readable = !st.is_ok()                    ? st.status()
+                          : !S_ISREG(st.value().st_mode) ? Status::error(EISDIR, rel_path)
+                                                         : may_read_as(*root, rel_path, creds);
+        if (readable.is_ok() || !is_outage_error(readable.error_code())) {
+          return readable.is_ok();
+        }
+        return readable;
+      });
+  return found.is_ok() ? std::optional<bool>(found.value()) : std::nullopt;
 }
 
 void Engine::observe(const std::string& rel_path, const struct stat& st) {

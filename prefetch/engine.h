@@ -255,6 +255,9 @@ class Engine final : public PrefetchSink {
   // Waits for id's copy if one is in flight (Flights::wait; a stuck one is counted and
   // logged); adds the time waited to *stall_ns.
   Flights::Wait wait_for_flight(FileId id, uint64_t* stall_ns);
+  // Whether rel_path names a file creds may read (an order's entry looked up as it is
+  // published); nullopt if the source could not say.
+  std::optional<bool> names_file(const std::string& rel_path, const Credentials& creds);
 
   // Dependencies, in destruction order reversed: the stager goes first, the planner last.
   const cachestore::RootDir& source_;

@@ -202,11 +202,29 @@ const PublishReport& OrderUpload::finish() {
   } else if (entries_.empty()) {
     report_ = refuse("not published: no usable entries");
   } else {
-    report_ =
-        planner_.publish(publisher_, parser_.header(), std::move(entries_), std::move(rejects_));
+    const EntrySample sample = look_up_sample();
+    report_ = planner_.publish(publisher_, parser_.header(), std::move(entries_),
+                               std::move(rejects_), sample);
   }
   drop_held();  // what was published is the job's now, held against its entry limit
   return *report_;
+}
+
+EntrySample OrderUpload::look_up_sample() const {
+  EntrySample sample;
+  if (!look_up_) {
+    return sample;
+  }
+  const size_t n = entries_.size();
+  const size_t k = std::min(n, kSampled);
+  for (size_t i = 0; i < k; ++i) {
+    const auto found = look_up_(registry_.path_of(entries_[i * n / k]));
+    if (found) {
+      ++sample.checked;
+      sample.found += *found ? 1 : 0;
+    }
+  }
+  return sample;
 }
 
 }  // namespace epochfs::prefetch

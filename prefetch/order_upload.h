@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -53,6 +54,13 @@ class OrderUpload {
 
   bool finished() const { return report_.has_value(); }
 
+  // How an order's entries are looked up in the source as it is published (kSampled of them,
+  // spread over it): true if the path names a file the publisher may read, false if not,
+  // nullopt if the source could not say. Without it, nothing is looked up.
+  using LookUp = std::function<std::optional<bool>(const std::string& rel_path)>;
+  static constexpr size_t kSampled = 16;
+  void look_up_entries_with(LookUp look_up) { look_up_ = std::move(look_up); }
+
   // Whether any write has come, good or not.
   bool started() const { return next_offset_ > 0 || broken_.has_value(); }
 
@@ -64,6 +72,7 @@ class OrderUpload {
   // Charges the pending paths to the writer, then registers them and puts their ids in place.
   cachestore::Status register_pending();
   PublishReport refuse(std::string message);
+  EntrySample look_up_sample() const;
   // Grows the buffers for `entries` entries and a new path of path_bytes, charging the growth
   // to the writer before it is made, so that an upload never holds more than its writer's
   // limit. False if a limit refused it: the upload is broken and has let go of everything.
@@ -91,6 +100,7 @@ class OrderUpload {
   std::optional<std::string> broken_;  // why the upload cannot publish
   bool over_limit_ = false;            // broken by a limit
   std::optional<PublishReport> report_;
+  LookUp look_up_;
 };
 
 }  // namespace epochfs::prefetch

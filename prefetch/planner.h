@@ -89,6 +89,16 @@ struct StreamStats {
   uint64_t restarts = 0;  // publishes of an epoch older than the current one
 };
 
+// Entries of an order looked up in the source as it was published (a few, spread over it): how
+// many name a file its publisher may read. An order whose paths are relative to the wrong
+// directory publishes fine and stages nothing; this says so at once.
+struct EntrySample {
+  uint64_t checked = 0;
+  uint64_t found = 0;
+
+  bool mostly_missing() const { return checked > 0 && 2 * found < checked; }
+};
+
 struct PublishReport {
   uid_t uid = 0;  // the publisher's
   bool ok = false;
@@ -97,6 +107,7 @@ struct PublishReport {
   uint64_t epoch = 0;
   uint64_t accepted = 0;
   RejectReport rejects;
+  EntrySample sample;
 };
 
 struct PlannerStats {
@@ -143,7 +154,8 @@ class Planner final : public cachestore::NextUseOracle {
   // Publishes a parsed order (entries already mapped to file ids) into the job of publisher
   // that header names (prefetch/jobs.h).
   PublishReport publish(const Publisher& publisher, const OrderHeader& header,
-                        std::vector<FileId> entries, RejectReport rejects);
+                        std::vector<FileId> entries, RejectReport rejects,
+                        EntrySample sample = {});
   // Publishes a manifest, header.manifest's (or "default") of its job: index i of an
   // index-form order names manifest[i]. Entries rejected while parsing keep their index as
   // kNoFile.

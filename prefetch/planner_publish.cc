@@ -144,10 +144,26 @@ void Planner::reset_stream(size_t stream) {
   uncounted_[stream] = 0;
 }
 
+namespace {
+
+// What the published message adds about the entries looked up: nothing when all were found.
+std::string sample_note(const EntrySample& sample) {
+  if (sample.found == sample.checked) {
+    return "";
+  }
+  return "; " + std::to_string(sample.found) + " of " + std::to_string(sample.checked) +
+         " entries looked up name a file its publisher can read" +
+         (sample.mostly_missing() ? " (paths are relative to the source's root)" : "");
+}
+
+}  // namespace
+
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
-                               std::vector<FileId> entries, RejectReport rejects) {
+                               std::vector<FileId> entries, RejectReport rejects,
+                               EntrySample sample) {
   PublishReport report;
   report.uid = publisher.uid;
+  report.sample = sample;
   report.stream = header.stream.value_or(kDefaultStream);
   report.rejects = std::move(rejects);
   drop_repeats(entries, report.rejects);
@@ -189,7 +205,8 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
                        (p.restarted  ? " (restarting the stream)"
                         : p.replaced ? " (replacing the earlier order)"
                                      : "") +
-                       ", " + std::to_string(report.rejects.total) + " skipped";
+                       ", " + std::to_string(report.rejects.total) + " skipped" +
+                       sample_note(sample);
       if (p.new_stream) {
         reset_stream(p.stream);
         stream_job_[p.stream] = job;

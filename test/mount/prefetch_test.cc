@@ -230,6 +230,30 @@ TEST_CASE("orders are published through .epochfs/ and epochfs publish", "[mount]
     CHECK(r.output.find("stream rank1 epoch 5: 20 entries published") != std::string::npos);
     CHECK(stat_of(mount, "prefetch.streams.rank1.epoch") == 5);
   }
+  SECTION("epochfs publish says when most entries name no file") {
+    // The order's paths relative to the wrong directory: published, but nothing to stage.
+    std::string wrong;
+    for (int i = 0; i < 20; ++i) {
+      wrong += "nope/" + name_of(i) + "\n";
+    }
+    std::ofstream(dir / "wrong.txt") << wrong;
+    auto r = run_epochfs({"publish", mount.path(), dir / "wrong.txt"});
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("0 of 16 entries looked up name a file") != std::string::npos);
+    CHECK(r.output.find("warning") != std::string::npos);
+    CHECK(stat_of(mount, "prefetch.last_publish.looked_up") == 16);
+    CHECK(stat_of(mount, "prefetch.last_publish.found") == 0);
+    auto strict = run_epochfs({"publish", mount.path(), dir / "wrong.txt", "--strict"});
+    CHECK(strict.exit_code == 1);
+    CHECK(strict.output.find("error") != std::string::npos);
+    // A good order says nothing more, and looked up what it published.
+    std::ofstream(dir / "good.txt") << order_text(shuffled(0, 20, 4));
+    auto good = run_epochfs({"publish", mount.path(), dir / "good.txt", "--strict"});
+    CHECK(good.exit_code == 0);
+    CHECK(good.output.find("looked up") == std::string::npos);
+    CHECK(stat_of(mount, "prefetch.last_publish.found") == 16);
+  }
   SECTION("epochfs publish of a cut-short file fails with the reason") {
     std::ofstream(dir / "short.txt") << "#count 3\nd0/f0\n";
     auto r = run_epochfs({"publish", mount.path(), dir / "short.txt"});

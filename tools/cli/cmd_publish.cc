@@ -30,6 +30,26 @@ std::string override_header(const PublishOptions& o) {
   return header;
 }
 
+// The daemon looked up a few of the order's entries in the source (docs/stats.md,
+// prefetch.last_publish): true if fewer than half name a file the publisher can read.
+bool mostly_missing(const std::optional<StatsDoc>& stats) {
+  if (!stats) {
+    return false;
+  }
+  const auto looked_up = stats->number("prefetch.last_publish.looked_up");
+  const auto found = stats->number("prefetch.last_publish.found");
+  return looked_up && found && *looked_up > 0 && 2 * *found < *looked_up;
+}
+
+int warn_missing(const std::string& mountpoint, const PublishOptions& o) {
+  fprintf(stderr,
+          "epochfs: %s: %s: most entries name no file in the mount's source that you can read; "
+          "paths are relative to the mount's root (%s/<path> is the file), or absolute inside "
+          "it\n",
+          o.strict ? "error" : "warning", o.file.c_str(), mountpoint.c_str());
+  return o.strict ? 1 : 0;
+}
+
 }  // namespace
 
 int cmd_publish(const PublishOptions& o) {
@@ -71,7 +91,7 @@ int cmd_publish(const PublishOptions& o) {
     return 1;
   }
   printf("%s\n", message.c_str());
-  return 0;
+  return mostly_missing(stats) ? warn_missing(mountpoint, o) : 0;
 }
 
 }  // namespace epochfs::tools

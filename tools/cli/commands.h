@@ -58,6 +58,7 @@ struct PublishOptions {
   std::optional<uint64_t> epoch;
   std::string stream;
   bool manifest = false;
+  bool strict = false;  // most entries looked up missing: exit 1, not only a warning
 };
 
 // Publishes a shuffle file (or with manifest, the manifest) to a mount; prints the daemon's

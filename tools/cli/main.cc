@@ -115,6 +115,8 @@ Subcommand add_publish(CLI::App& app) {
   cmd->add_option("--epoch", o->epoch, "Epoch number (overrides the file's)");
   cmd->add_option("--stream", o->stream, "Stream id, one per rank (overrides the file's)");
   cmd->add_flag("--manifest", o->manifest, "FILE is the manifest that index-form orders refer to");
+  cmd->add_flag("--strict", o->strict,
+                "Fail (exit 1) when most entries looked up name no file the publisher can read");
   return {cmd, [o] { return tools::cmd_publish(*o); }};
 }
 

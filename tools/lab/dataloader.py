@@ -8,21 +8,23 @@ epochfs-slowfs binaries (--build) and the Python package in tools/python.
 
 The setup:
 
-- --files files of about --kb KB (random bytes, 10 class folders) under <dir>/data/train;
-- the shared storage: epochfs-slowfs serving a copy of <dir>/data kept in memory (/dev/shm: the
+- --files files of about --kb KB (random bytes, 10 class folders) in data/train on the local
+  disk (below);
+- the shared storage: epochfs-slowfs serving a copy of the data kept in memory (/dev/shm: the
   storage server's own cache, which dropping this node's page cache does not touch) at
   <dir>/shared, each open taking --open-ms, each read (up to 128 KiB) --read-ms, read data
-  sharing a link of --mbs MB/s. With --source-on-disk it serves <dir>/data itself: then the
+  sharing a link of --mbs MB/s. With --source-on-disk it serves the local disk's data: then the
   source can go no faster than the local disk the ideal run reads, whatever --mbs says;
-- the caches: on a fresh ext4 filesystem (with its journal, as mkfs.ext4 makes it) in a loop
-  file under <dir>, as on a node's NVMe scratch. --cache-fs here puts them in <dir> itself:
-  where that is ext4 without a journal, every new file costs the kernel a search past the
-  inodes freed in the last minutes (ext4's recently_deleted), and staging 110 KB files on
+- the node's local disk (the dataset the ideal run reads, copy-first's copy, the mounts'
+  caches): a fresh ext4 filesystem (with its journal, as mkfs.ext4 makes it) in a loop file
+  under <dir>, read with direct I/O, as a node's scratch NVMe. --local-disk here uses <dir>
+  itself: where that is ext4 without a journal, every new file costs the kernel a search past
+  the inodes freed in the last minutes (ext4's recently_deleted), and staging 110 KB files on
   this machine's disk went ~2.5x slower than on the loop file;
 - the trainer: ``torchvision.datasets.ImageFolder`` whose loader reads each file whole into a
   tensor, a ``DataLoader`` with --workers worker processes and batches of --batch, and
   --compute-ms of sleep per batch for the GPU;
-- the runs (--runs): ``ideal`` reads <dir>/data (the local disk), ``direct`` the slowed source,
+- the runs (--runs): ``ideal`` reads data on the local disk, ``direct`` the slowed source,
   ``epochfs-classic`` and ``epochfs-auto`` a mount over it with that --data-path and the
   sampler wrapped in ``epochfs.torch.PublishingSampler``, ``lru`` a mount with no order
   published (``--lookahead 0``), ``copy-first`` copies the dataset to the local disk before
@@ -240,12 +242,12 @@ def copy_tree(source, target):
                                                 os.path.join(target, p)), files))
 
 
-class CacheFs:
+class LocalDisk:
     """A fresh ext4 filesystem in a loop file under work, mounted until remove()."""
 
     def __init__(self, work, size):
-        self.image = os.path.join(work, "caches.ext4")
-        self.mount = os.path.join(work, "caches")
+        self.image = os.path.join(work, "local.ext4")
+        self.mount = os.path.join(work, "local")
         os.makedirs(self.mount, exist_ok=True)
         with open(self.image, "wb") as f:
             f.truncate(int(size))
@@ -282,7 +284,7 @@ def run_one(a, name, dirs):
     if name == "direct":
         return run_trainer(a, shared_train, publish=False)
     if name == "copy-first":
-        local = os.path.join(dirs["work"], "copy")
+        local = os.path.join(dirs["local"], "copy")
         shutil.rmtree(local, ignore_errors=True)
         os.makedirs(local)
         try:
@@ -291,7 +293,7 @@ def run_one(a, name, dirs):
         finally:
             shutil.rmtree(local, ignore_errors=True)
     mnt = os.path.join(dirs["work"], "mnt-" + name)
-    cache = os.path.join(dirs["caches"], "cache-" + name)
+    cache = os.path.join(dirs["local"], "cache-" + name)
     os.makedirs(mnt, exist_ok=True)
     argv = [os.path.join(a.build, "bin", "epochfs"), "mount", "--foreground",
             dirs["shared"], mnt, "--cache-dir", cache, "--log-level", "warning"]
@@ -345,22 +347,7 @@ def print_table(results):
                 "", staged if staged is not None else "-", hit))
 
 
-def bench_main(a):
-    work = a.dir or tempfile.mkdtemp(prefix="epochfs-dataloader-")
-    dirs = {"work": work, "data": os.path.join(work, "data"),
-            "shared": os.path.join(work, "shared")}
-    os.makedirs(dirs["shared"], exist_ok=True)
-    if not os.path.isdir(os.path.join(dirs["data"], "train")):
-        make_dataset(os.path.join(dirs["data"], "train"), a.files, a.kb, a.seed)
-    dirs["caches"] = work
-    loop = None
-    if a.cache_fs == "ext4-loop":
-        loop = CacheFs(work, a.files * a.kb * 1000 * 3)
-        dirs["caches"] = loop.mount
-    served = dirs["data"]
-    if not a.source_on_disk:
-        served = tempfile.mkdtemp(prefix="epochfs-dataloader-source-", dir="/dev/shm")
-        copy_tree(dirs["data"], served)
+def run_all(a, dirs, served):
     slowfs = Daemon([os.path.join(a.build, "bin", "epochfs-slowfs"), served,
                     dirs["shared"], "--latency-ms", str(a.read_ms), "--open-latency-ms",
                     str(a.open_ms), "--bandwidth-mbs", str(a.mbs)], dirs["shared"])
@@ -373,10 +360,31 @@ def bench_main(a):
                   file=sys.stderr, flush=True)
     finally:
         slowfs.stop()
-        if served != dirs["data"]:
+    return results
+
+
+def bench_main(a):
+    work = a.dir or tempfile.mkdtemp(prefix="epochfs-dataloader-")
+    dirs = {"work": work, "shared": os.path.join(work, "shared"), "local": work}
+    os.makedirs(dirs["shared"], exist_ok=True)
+    disk = LocalDisk(work, a.files * a.kb * 1000 * 4) if a.local_disk == "ext4-loop" else None
+    served = None
+    try:
+        if disk:
+            dirs["local"] = disk.mount
+        dirs["data"] = os.path.join(dirs["local"], "data")
+        if not os.path.isdir(os.path.join(dirs["data"], "train")):
+            make_dataset(os.path.join(dirs["data"], "train"), a.files, a.kb, a.seed)
+        served = dirs["data"]
+        if not a.source_on_disk:
+            served = tempfile.mkdtemp(prefix="epochfs-dataloader-source-", dir="/dev/shm")
+            copy_tree(dirs["data"], served)
+        results = run_all(a, dirs, served)
+    finally:
+        if served and served != dirs["data"]:
             shutil.rmtree(served, ignore_errors=True)
-        if loop:
-            loop.remove()
+        if disk:
+            disk.remove()
     print_table(results)
     if a.json:
         summary = {name: dict(zip(("cpu_us_per_staged_file", "cpu_us_per_hit"),
@@ -405,8 +413,8 @@ def main():
     ap.add_argument("--open-ms", type=float, default=4, help="the source's time per open")
     ap.add_argument("--read-ms", type=float, default=0.4, help="the source's time per read")
     ap.add_argument("--mbs", type=float, default=300, help="the source's link in MB/s")
-    ap.add_argument("--cache-fs", choices=("ext4-loop", "here"), default="ext4-loop",
-                    help="where the mounts' caches live (see above)")
+    ap.add_argument("--local-disk", choices=("ext4-loop", "here"), default="ext4-loop",
+                    help="the node's local disk: dataset, copies and caches (see above)")
     ap.add_argument("--source-on-disk", action="store_true",
                     help="the source serves the local disk's copy, not one in memory")
     ap.add_argument("--seed", type=int, default=0)

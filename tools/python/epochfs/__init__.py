@@ -24,6 +24,7 @@ with its reason) or the mount cannot be written; the samplers of :mod:`epochfs.t
 that into one warning instead.
 """
 
+import collections
 import errno
 import itertools
 import json
@@ -32,11 +33,13 @@ import operator
 import os
 import re
 import tempfile
+import warnings
 
 __version__ = "0.2.0"  # tools/python/pyproject.toml's version; a test checks they match
 
 __all__ = [
     "PublishError",
+    "Published",
     "find_mount",
     "is_epochfs",
     "job_id",
@@ -56,6 +59,26 @@ _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 
 class PublishError(OSError):
     """The daemon refused an order or a manifest; the message says why."""
+
+
+class Published(collections.namedtuple(
+        "Published", "message stream epoch accepted rejected looked_up found")):
+    """What :func:`publish` published: the daemon's verdict (docs/stats.md,
+    ``prefetch.last_publish``). ``looked_up`` of the order's entries (up to 16, spread over it)
+    were looked up in the source as it was published, and ``found`` of them name a file the
+    publisher can read."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, report):
+        return cls(*(report.get(f, "" if f == "message" else 0) for f in cls._fields))
+
+    @property
+    def mostly_missing(self):
+        """Fewer than half of the entries looked up were found: the paths are likely relative
+        to another directory than the mount's root."""
+        return self.looked_up > 0 and 2 * self.found < self.looked_up
 
 
 def find_mount(path):
@@ -142,7 +165,8 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
     :func:`job_id` if None; ``manifest`` names the job's manifest that indices refer to,
     ``"default"`` if None; ``restart`` drops every epoch of the stream queued before this one
     (``#restart``: an epoch published ahead that the trainer will not read, as before a resume
-    from a checkpoint). Raises :class:`PublishError` when the daemon refuses the order,
+    from a checkpoint). Returns a :class:`Published`, and warns (``UserWarning``) when most
+    entries looked up name no file in the source. Raises :class:`PublishError` when the daemon refuses the order,
     another ``OSError`` when the mount is gone or cannot be written, ``ValueError`` for an
     order that mixes indices and paths, a path with a line break, or a name (stream, job,
     manifest) that is not 1 to 64 of ``A-Z a-z 0-9 . _ -``.
@@ -164,6 +188,20 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
         header.append("#restart")
     header += names + ["#count %d" % count]
     _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
+    return _verdict(root)
+
+
+def _verdict(root):
+    """The daemon's verdict on this user's latest order, warning when it matched little."""
+    try:
+        published = Published.of(stats(root)["prefetch"]["last_publish"] or {})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # published; only the report could not be read
+    if published.mostly_missing:
+        warnings.warn("epochfs: %d of the %d entries looked up name a file you can read in the "
+                      "mount's source: paths are relative to the mount's root (%s), or absolute "
+                      "inside it" % (published.found, published.looked_up, root), stacklevel=3)
+    return published
 
 
 def _root(mount):

@@ -30,6 +30,27 @@ def test_publish_paths(mount):
     assert mount.stream("r0")["epoch_length"] == 10
 
 
+def test_publish_returns_what_it_matched(mount):
+    paths = files_of(mount.path)[:10]
+    published = epochfs.publish(mount.path, paths)
+    assert published.accepted == 10
+    assert published.looked_up == 10
+    assert published.found == 10
+    assert not published.mostly_missing
+    assert "10 entries published" in published.message
+
+
+def test_an_order_of_paths_relative_to_the_wrong_directory_warns(mount):
+    # The paths of a data dir one level down ("train/"), given without it.
+    paths = [os.path.relpath(p, "train") for p in files_of(mount.path)[:20]]
+    with pytest.warns(UserWarning, match="0 of the 16 entries looked up"):
+        published = epochfs.publish(mount.path, paths)
+    assert published.accepted == 20
+    assert (published.looked_up, published.found) == (16, 0)
+    assert published.mostly_missing
+    assert "relative to the source's root" in published.message
+
+
 def test_publish_absolute_paths_inside_the_mount(mount):
     paths = [os.path.join(mount.path, p) for p in files_of(mount.path)[:5]]
     epochfs.publish(mount.path, paths)
