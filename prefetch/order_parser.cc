@@ -228,6 +228,18 @@ void OrderParser::directive(std::string_view text) {
     ended_ = true;
     return;
   }
+  if (keyword == "line") {
+    // The next line is line N of the file the order came from: the lines a publisher wrote
+    // ahead of it (epochfs publish's overrides, the Python client's header) do not shift the
+    // numbers the rejects report.
+    auto n = parse_u64(value);
+    if (n && *n >= 1 && !entries_started()) {
+      line_no_ = *n - 1;
+    } else if (!entries_started()) {
+      reject("bad #line directive (ignored)", text);
+    }
+    return;
+  }
   if (keyword == "restart" && value.empty()) {
     if (!entries_started()) {
       header_.restart = true;

@@ -59,6 +59,7 @@ class OrderUpload {
   // nullopt if the source could not say. Without it, nothing is looked up.
   using LookUp = std::function<std::optional<bool>(const std::string& rel_path)>;
   static constexpr size_t kSampled = 16;
+
   void look_up_entries_with(LookUp look_up) { look_up_ = std::move(look_up); }
 
   // Whether any write has come, good or not.

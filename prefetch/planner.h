@@ -154,8 +154,7 @@ class Planner final : public cachestore::NextUseOracle {
   // Publishes a parsed order (entries already mapped to file ids) into the job of publisher
   // that header names (prefetch/jobs.h).
   PublishReport publish(const Publisher& publisher, const OrderHeader& header,
-                        std::vector<FileId> entries, RejectReport rejects,
-                        EntrySample sample = {});
+                        std::vector<FileId> entries, RejectReport rejects, EntrySample sample = {});
   // Publishes a manifest, header.manifest's (or "default") of its job: index i of an
   // index-form order names manifest[i]. Entries rejected while parsing keep their index as
   // kNoFile.

@@ -199,14 +199,13 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
       const auto& p = published.value();
       report.ok = true;
       report.epoch = p.epoch;
-      report.message = "job " + job->name + " stream " + report.stream + " epoch " +
-                       std::to_string(p.epoch) + ": " + std::to_string(report.accepted) +
-                       " entries published" +
-                       (p.restarted  ? " (restarting the stream)"
-                        : p.replaced ? " (replacing the earlier order)"
-                                     : "") +
-                       ", " + std::to_string(report.rejects.total) + " skipped" +
-                       sample_note(sample);
+      report.message =
+          "job " + job->name + " stream " + report.stream + " epoch " + std::to_string(p.epoch) +
+          ": " + std::to_string(report.accepted) + " entries published" +
+          (p.restarted  ? " (restarting the stream)"
+           : p.replaced ? " (replacing the earlier order)"
+                        : "") +
+          ", " + std::to_string(report.rejects.total) + " skipped" + sample_note(sample);
       if (p.new_stream) {
         reset_stream(p.stream);
         stream_job_[p.stream] = job;

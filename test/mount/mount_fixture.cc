@@ -140,9 +140,12 @@ namespace {
 std::vector<std::string> slowfs_argv(const std::string& source, const std::string& mountpoint,
                                      double latency_ms, unsigned max_inflight,
                                      const std::vector<std::string>& more) {
-  std::vector<std::string> argv = {EPOCHFS_SLOWFS_BINARY,       source,
-                                   mountpoint,                  "--latency-ms",
-                                   std::to_string(latency_ms),  "--max-inflight",
+  std::vector<std::string> argv = {EPOCHFS_SLOWFS_BINARY,
+                                   source,
+                                   mountpoint,
+                                   "--latency-ms",
+                                   std::to_string(latency_ms),
+                                   "--max-inflight",
                                    std::to_string(max_inflight)};
   argv.insert(argv.end(), more.begin(), more.end());
   return argv;

@@ -155,6 +155,24 @@ TEST_CASE("comments and blank lines are skipped but keep the line numbers", "[or
   CHECK(p.ok());
 }
 
+// epochfs publish and the Python client write their own header lines ahead of a user's file:
+// #line 1 after them keeps the line numbers of the reports the file's own.
+TEST_CASE("#line numbers the lines that follow as the file's own", "[order_parser]") {
+  auto p = parse("#epoch 3\n#stream r0\n#line 1\nfoo\n/abs\nbar\n");
+  CHECK(p.names() == Names{"foo", "bar"});
+  CHECK(p.lines() == std::vector<uint64_t>{1, 3});
+  REQUIRE(p.rejects.examples.size() == 1);
+  CHECK(p.rejects.examples[0].rfind("line 2: ", 0) == 0);
+  CHECK(p.header.epoch == 3u);
+
+  // A bad value is reported and changes nothing; after the entries began, a #line is a comment.
+  p = parse("#line 0\n#line x\nfoo\n#line 100\n/abs\n");
+  CHECK(p.lines() == std::vector<uint64_t>{3});
+  REQUIRE(p.rejects.examples.size() == 3);
+  CHECK(p.rejects.examples[0] == "line 1: bad #line directive (ignored): #line 0");
+  CHECK(p.rejects.examples[2].rfind("line 5: ", 0) == 0);
+}
+
 TEST_CASE("header directives set the form, epoch, stream and count", "[order_parser]") {
   auto p = parse(
       "#form indices\n"

@@ -27,7 +27,7 @@ std::string override_header(const PublishOptions& o) {
   if (!o.stream.empty()) {
     header += "#stream " + o.stream + "\n";
   }
-  return header;
+  return header + "#line 1\n";  // the file's own line numbers in the reports
 }
 
 // The daemon looked up a few of the order's entries in the source (docs/stats.md,

@@ -150,7 +150,7 @@ def set_manifest(mount, paths, *, name=None, job=None):
     root = _root(mount)
     header = _header(job=job, manifest=name)
     lines, count = _counted((_relative(root, p) for p in paths), paths)
-    _write(root, "manifest", header + ["#count %d" % count], lines)
+    _write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines)
 
 
 def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, restart=False):
@@ -186,7 +186,7 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
         header.append("#epoch %d" % int(epoch))
     if restart:
         header.append("#restart")
-    header += names + ["#count %d" % count]
+    header += names + ["#count %d" % count, "#line 1"]  # rejects count the order's items
     _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
     return _verdict(root)
 
