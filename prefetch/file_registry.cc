@@ -14,8 +14,12 @@ namespace {
 
 uint64_t hash_of(std::string_view path) { return XXH3_64bits(path.data(), path.size()); }
 
-// The slot comes from the hash's low bits, the tag from its top byte.
-uint8_t tag_of(uint64_t hash) { return static_cast<uint8_t>(hash >> 56); }
+// The shard comes from the hash's top byte (shard_of), the slot from its low bits, the tag from
+// the byte below the top.
+uint8_t tag_of(uint64_t hash) { return static_cast<uint8_t>(hash >> 48); }
+
+// Each shard's table starts this small: an empty registry holds 256 of them.
+constexpr size_t kFirstSlots = 64;
 
 // Whether the stored, NUL-terminated path is path (which holds no NUL), reading no further
 // than its terminator.
@@ -27,28 +31,32 @@ bool same_path(const char* stored, std::string_view path) {
 
 FileId FileRegistry::id_of(std::string_view path) {
   MutexLock lock(mu_);
-  // Grow at 70% full: linear probing stays short, and the table costs under 8 bytes per file.
-  if (10 * (records_.size() + 1) > 7 * index_.size()) {
-    grow_index();
-  }
   const uint64_t hash = hash_of(path);
-  const size_t slot = find_slot(path, hash);
-  if (index_[slot] != kEmpty) {
-    return index_[slot];
+  Shard& shard = shard_of(hash);
+  // Grow at 70% full: linear probing stays short, and the tables cost under 8 bytes per file.
+  if (10 * (shard.used + 1) > 7 * shard.ids.size()) {
+    grow(shard);
+  }
+  const size_t slot = find_slot(shard, path, hash);
+  if (shard.ids[slot] != kEmpty) {
+    return shard.ids[slot];
   }
   const auto id = static_cast<FileId>(records_.size());
   records_.push_back(Record{store_path(path)});
-  index_[slot] = id;
-  tags_[slot] = tag_of(hash);
+  shard.ids[slot] = id;
+  shard.tags[slot] = tag_of(hash);
+  ++shard.used;
   return id;
 }
 
 std::optional<FileId> FileRegistry::find(std::string_view path) const {
   MutexLock lock(mu_);
-  if (index_.empty()) {
+  const uint64_t hash = hash_of(path);
+  const Shard& shard = shard_of(hash);
+  if (shard.ids.empty()) {
     return std::nullopt;
   }
-  const FileId id = index_[find_slot(path, hash_of(path))];
+  const FileId id = shard.ids[find_slot(shard, path, hash)];
   return id == kEmpty ? std::nullopt : std::optional<FileId>(id);
 }
 
@@ -71,30 +79,36 @@ uint32_t FileRegistry::store_path(std::string_view path) {
   return place;
 }
 
-size_t FileRegistry::find_slot(std::string_view path, uint64_t hash) const {
-  const size_t mask = index_.size() - 1;
+size_t FileRegistry::find_slot(const Shard& shard, std::string_view path, uint64_t hash) const {
+  const size_t mask = shard.ids.size() - 1;
   const uint8_t tag = tag_of(hash);
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-    const FileId id = index_[slot];
-    if (id == kEmpty || (tags_[slot] == tag && same_path(path_at(records_[id].path), path))) {
+    const FileId id = shard.ids[slot];
+    if (id == kEmpty || (shard.tags[slot] == tag && same_path(path_at(records_[id].path), path))) {
       return slot;
     }
   }
 }
 
-void FileRegistry::grow_index() {
-  std::vector<FileId> old = std::move(index_);
-  index_.assign(std::max<size_t>(1024, 2 * old.size()), kEmpty);
-  tags_.assign(index_.size(), 0);
+void FileRegistry::grow(Shard& shard) {
+  std::vector<FileId> old = std::move(shard.ids);
+  shard.ids.assign(std::max(kFirstSlots, 2 * old.size()), kEmpty);
+  shard.tags.assign(shard.ids.size(), 0);
   for (FileId id : old) {
     if (id != kEmpty) {
       const std::string_view path(path_at(records_[id].path));
       const uint64_t hash = hash_of(path);
-      const size_t slot = find_slot(path, hash);
-      index_[slot] = id;
-      tags_[slot] = tag_of(hash);
+      const size_t slot = find_slot(shard, path, hash);
+      shard.ids[slot] = id;
+      shard.tags[slot] = tag_of(hash);
     }
   }
+  most_rehashed_ = std::max(most_rehashed_, shard.used);
+}
+
+size_t FileRegistry::most_rehashed_at_once() const {
+  MutexLock lock(mu_);
+  return most_rehashed_;
 }
 
 void FileRegistry::observe(FileId id, const struct stat& st) {

@@ -12,7 +12,9 @@
 // 4,096 of them: 4 GiB of paths); a record is a 32-bit place in them plus the version without
 // its device and the index of its shape, which holds the device (40 bytes); the path -> id
 // index is an open-addressing table of 32-bit ids (linear probing, at most 70% full), so it
-// holds no copy of the path.
+// holds no copy of the path. The index is kShards tables, picked by the hash's top byte, each
+// growing on its own: a growth rehashes 1/256 of the paths (reading each from the arena), not
+// all of them under the lock every open takes; one table of 16 M paths stalled opens for ~1 s.
 // `epochfs-lab bench-policy` measures it (docs/benchmarks.md).
 //
 // Thread-safety: all methods lock mu_ (a leaf lock) for memory work only.
@@ -20,6 +22,7 @@
 
 #include <sys/stat.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -60,6 +63,9 @@ class FileRegistry {
   std::string path_of(FileId id) const;
 
   size_t size() const;
+
+  // The most paths one growth of the index rehashed, for tests.
+  size_t most_rehashed_at_once() const;
 
  private:
   // The part of a stat that is not the version; a dataset has few distinct ones, so each is
@@ -103,19 +109,32 @@ class FileRegistry {
     return arena_[place >> kChunkBits].get() + (place & (kChunkBytes - 1));
   }
 
-  // The slot of path in index_: the one holding its id, or the empty one where it would go.
-  size_t find_slot(std::string_view path, uint64_t hash) const REQUIRES(mu_);
-  void grow_index() REQUIRES(mu_);
+  // One table of the index: slots of ids (kEmpty if free), a power of two of them, and per
+  // slot a byte of its path's hash. A probe compares a path only where the byte matches:
+  // comparing every probed path (two cache misses and a strlen each) was 57% of the daemon's
+  // time publishing an order of 1.28 million paths.
+  struct Shard {
+    std::vector<FileId> ids;
+    std::vector<uint8_t> tags;
+    size_t used = 0;
+  };
+
+  static constexpr size_t kShards = 256;
+
+  Shard& shard_of(uint64_t hash) REQUIRES(mu_) { return shards_[hash >> 56]; }
+
+  const Shard& shard_of(uint64_t hash) const REQUIRES(mu_) { return shards_[hash >> 56]; }
+
+  // The slot of path in shard: the one holding its id, or the empty one where it would go.
+  size_t find_slot(const Shard& shard, std::string_view path, uint64_t hash) const REQUIRES(mu_);
+  void grow(Shard& shard) REQUIRES(mu_);
 
   mutable cachestore::Mutex mu_;
   std::deque<Record> records_ GUARDED_BY(mu_);  // by id; a deque grows without copying
   std::vector<std::unique_ptr<char[]>> arena_ GUARDED_BY(mu_);
   size_t chunk_used_ GUARDED_BY(mu_) = kChunkBytes;  // bytes used in arena_.back()
-  std::vector<FileId> index_ GUARDED_BY(mu_);        // size a power of two; kEmpty if free
-  // Per slot of index_: the top byte of its path's hash. A probe compares a path only where
-  // the byte matches: comparing every probed path (two cache misses and a strlen each) was
-  // 57% of the daemon's time publishing an order of 1.28 million paths.
-  std::vector<uint8_t> tags_ GUARDED_BY(mu_);
+  std::array<Shard, kShards> shards_ GUARDED_BY(mu_);
+  size_t most_rehashed_ GUARDED_BY(mu_) = 0;
   std::vector<Shape> shapes_ GUARDED_BY(mu_);
   std::unordered_map<Shape, uint32_t, ShapeHash> shape_ids_ GUARDED_BY(mu_);
 };
