@@ -7,6 +7,8 @@
 
 #include <sstream>
 
+#include <xxhash.h>
+
 #include "cachestore/unique_fd.h"
 
 namespace epochfs::prefetch {
@@ -83,6 +85,17 @@ bool can_check_others() { return ::geteuid() == 0; }
 bool needs_check(const Credentials& creds) { return creds.uid != 0 && creds.uid != ::geteuid(); }
 
 }  // namespace
+
+uint32_t Credentials::fingerprint() const {
+  XXH32_state_t* state = XXH32_createState();
+  XXH32_reset(state, 0);
+  XXH32_update(state, &uid, sizeof(uid));
+  XXH32_update(state, &gid, sizeof(gid));
+  XXH32_update(state, groups.data(), groups.size() * sizeof(gid_t));
+  const uint32_t hash = XXH32_digest(state);
+  XXH32_freeState(state);
+  return hash == 0 ? 1 : hash;
+}
 
 Credentials Credentials::of(uid_t uid, gid_t gid, pid_t tid) {
   Credentials c;

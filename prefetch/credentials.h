@@ -30,6 +30,10 @@ struct Credentials {
   // are read from /proc. If the thread is gone or its ids no longer match, none (the
   // narrower rights).
   static Credentials of(uid_t uid, gid_t gid, pid_t tid);
+
+  // Differs between users, primary groups and supplementary group sets, and is never 0: a
+  // 32-bit hash, so two sets may share one (prefetch/rights_checked.h says what that costs).
+  uint32_t fingerprint() const;
 };
 
 // Ok if creds may read rel below root: the kernel's decision, with their path walk; else why

@@ -147,11 +147,11 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
 
 void Engine::check_cached_entry(FileId id, size_t stream) {
   auto reader = planner_->reader_of(stream);
-  if (!reader || reader->uid == 0 || rights_checked_.confirmed(id, reader->uid)) {
+  if (!reader || reader->uid == 0 || rights_checked_.confirmed(id, reader->fingerprint())) {
     return;
   }
-  auto job = [this, id, stream, reader = std::move(*reader), path = registry_.path_of(id)] {
-    may_stage_for(id, stream, reader, path);
+  auto job = [this, id, stream, reader = std::move(reader), path = registry_.path_of(id)] {
+    may_stage_for(id, stream, *reader, path);
   };
   try {
     // Not checked now if the queue is full: the next epoch's entry asks again.
@@ -166,7 +166,7 @@ bool Engine::may_stage_for(FileId id, size_t stream, const Credentials& reader,
     planner_->reject_entry(stream, rel_path, readable.to_string());
     return false;
   }
-  rights_checked_.confirm(id, reader.uid);
+  rights_checked_.confirm(id, reader.fingerprint());
   return true;
 }
 

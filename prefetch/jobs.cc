@@ -187,7 +187,7 @@ Result<Job*> Jobs::job_for(const Publisher& publisher, const std::optional<std::
     job->anchors.push_back(*anchor);
   }
   job->last_active_ns = now;
-  job->reader = publisher.creds;
+  job->reader = std::make_shared<const Credentials>(publisher.creds);
   return job;
 }
 

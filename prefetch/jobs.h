@@ -93,8 +93,10 @@ struct Job {
   bool named = false;  // by #job (anchored on its publishers) or by session (its leader)
   bool permanent = false;
   std::vector<ProcessRef> anchors;  // the job lives while any of these runs
-  Credentials reader;               // its latest publisher's: staging reads with these rights
-  std::vector<size_t> streams;      // schedule slots
+  // Its latest publisher's rights, which staging reads with: shared, so that asking for them
+  // (per entry of an order, prefetch_copy) copies no group list under the planner's lock.
+  std::shared_ptr<const Credentials> reader;
+  std::vector<size_t> streams;  // schedule slots
   std::map<std::string, std::shared_ptr<const std::vector<FileId>>> manifests;
   int64_t last_active_ns = 0;
 };

@@ -280,10 +280,10 @@ void Planner::reject_entry(size_t stream, const std::string& path, const std::st
   }
 }
 
-std::optional<Credentials> Planner::reader_of(size_t stream) const {
+std::shared_ptr<const Credentials> Planner::reader_of(size_t stream) const {
   MutexLock lock(mu_);
   if (stream >= stream_job_.size() || stream_job_[stream] == nullptr) {
-    return std::nullopt;
+    return nullptr;
   }
   return stream_job_[stream]->reader;
 }

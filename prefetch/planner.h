@@ -192,7 +192,7 @@ class Planner final : public cachestore::NextUseOracle {
   void reject_entry(size_t stream, const std::string& path, const std::string& why);
   // The rights stream's entries are staged with: its job's latest publisher's. None if the
   // stream is gone.
-  std::optional<Credentials> reader_of(size_t stream) const;
+  std::shared_ptr<const Credentials> reader_of(size_t stream) const;
   // The source is back after an outage: plans every stream again from its position, so that
   // the files whose copies failed meanwhile are staged (the cached ones cost a stat ahead).
   void replan();
