@@ -517,6 +517,35 @@ TEST_CASE("the man page and the completion list every command and option", "[mou
   CHECK(complete("epochfs unmount --l", 2) == "--lazy\n");
 }
 
+// Usage errors are one line in the project's words, naming the command and its help, with exit
+// code 2; CLI11's own words ("Check bogus value in {auto->0,...} FAILED") and codes (105-109)
+// never show.
+TEST_CASE("the CLI explains a usage error and exits 2", "[mount][system]") {
+  const struct {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"mount", "/src", "/mnt", "--data-path", "bogus"},
+       "epochfs mount: --data-path: 'bogus' is not one of auto, classic, passthrough, no-open; "
+       "see epochfs mount --help"},
+      {{"mount", "/src", "/mnt", "--cache-sise", "1G"},
+       "epochfs mount: unknown option '--cache-sise' (did you mean '--cache-size'?)"},
+      {{"mount", "/src", "/mnt", "--log-level", "loud"}, "'loud' is not one of error, warning"},
+      {{"mount", "/src", "/mnt", "--bogus-flag"}, "unknown option '--bogus-flag'; see"},
+      {{"publish"}, "epochfs publish: mountpoint is required; see epochfs publish --help"},
+      {{"publish", "/mnt", "a", "b"}, "epochfs publish: unexpected argument 'b'"},
+  };
+
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.args;
+    const CommandResult r = run_epochfs(args);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.output, c.says));
+    CHECK_FALSE(contains(r.output, "Run with --help"));
+  }
+}
+
 TEST_CASE("the CLI tells its version and answers a mistyped command as one", "[mount][system]") {
   const CommandResult version = run_epochfs({"--version"});
   CHECK(version.exit_code == 0);
@@ -525,6 +554,7 @@ TEST_CASE("the CLI tells its version and answers a mistyped command as one", "[m
   CHECK(typo.exit_code == 2);
   CHECK(contains(typo.output, "unknown command 'stat' (did you mean 'stats'?)"));
   const CommandResult help = run_epochfs({"mount", "--help"});
+  CHECK(help.exit_code == 0);
   CHECK(contains(help.output, "--data-path auto|classic|passthrough|no-open"));
   // The running daemon says its version too: in the stats and as a metric.
   TempDir dir;

@@ -16,6 +16,7 @@
 #include "tools/cli/mount_helper.h"
 #include "tools/cli/size_parse.h"
 #include "tools/cli/subcommand.h"
+#include "tools/cli/usage.h"
 
 namespace {
 
@@ -182,7 +183,9 @@ int run(int argc, char** argv) {
   if (auto code = as_mount_helper(argc, argv, app, *commands[0].app, helper_args, helper_argv)) {
     return *code;
   }
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tools::parse_command_line(app, argc, argv)) {
+    return *code;
+  }
   return tools::run_parsed(commands);
 }
 

@@ -16,6 +16,7 @@
 #include "tools/cli/mount_table.h"
 #include "tools/cli/size_parse.h"
 #include "tools/cli/subcommand.h"
+#include "tools/cli/usage.h"
 
 namespace epochfs::tools {
 namespace {
@@ -86,6 +87,7 @@ void add_outage_options(CLI::App* cmd, prefetch::EngineOptions& engine) {
                   "are served (always so with --immutable); fail: they fail like the others")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, bool>{{"serve", true}, {"fail", false}}, CLI::ignore_case))
+      ->transform(one_of({"serve", "fail"}))  // runs first: a transform goes ahead of the others
       ->option_text("serve|fail")
       ->default_str("serve");
 }
@@ -292,6 +294,7 @@ CLI::App* add_mount_options(CLI::App& app, MountArgs& args) {
                                                   {"passthrough", fusefs::DataPath::kPassthrough},
                                                   {"no-open", fusefs::DataPath::kNoOpen}},
           CLI::ignore_case))
+      ->transform(one_of({"auto", "classic", "passthrough", "no-open"}))  // runs first
       ->option_text("auto|classic|passthrough|no-open");
   add_outage_options(cmd, o.engine);
   cmd->add_option("--metrics-file", o.metrics_file,
@@ -304,7 +307,7 @@ CLI::App* add_mount_options(CLI::App& app, MountArgs& args) {
   cmd->add_option("--log-file", o.log_file,
                   "Log here instead of syslog (in the background) or stderr (in the foreground)");
   cmd->add_option("--log-level", args.log_level, "error, warning, info or debug")
-      ->check(CLI::IsMember({"error", "warning", "info", "debug"}));
+      ->check(one_of({"error", "warning", "info", "debug"}));
   return cmd;
 }
 

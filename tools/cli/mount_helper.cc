@@ -11,6 +11,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/cli/usage.h"
+
 namespace epochfs::tools {
 namespace {
 
@@ -77,23 +79,6 @@ bool looks_like_source(const char* arg) {
   return strchr(arg, '/') != nullptr || ::stat(arg, &st) == 0;
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) {
-    row[j] = j;
-  }
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::App& app) {
@@ -102,16 +87,11 @@ std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::
       is_subcommand(app, argv[1]) || (argc >= 3 && looks_like_source(argv[1]))) {
     return std::nullopt;
   }
-  std::string best;
-  size_t best_distance = 3;  // suggest only a near miss
+  std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    const size_t d = edit_distance(argv[1], sub->get_name());
-    if (d < best_distance) {
-      best = sub->get_name();
-      best_distance = d;
-    }
+    names.push_back(sub->get_name());
   }
-  return best;
+  return nearest(argv[1], names).value_or("");
 }
 
 bool is_mount_helper_call(int argc, char** argv, const CLI::App& app) {
