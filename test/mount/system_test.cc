@@ -181,12 +181,20 @@ TEST_CASE("doctor on a healthy mount and on a stale one", "[mount][system]") {
   INFO(stale.output);
   CHECK(stale.exit_code == 1);
   CHECK(contains(stale.output, "is a stale mount: its daemon died"));
+  const CommandResult stats = run_epochfs({"stats", mount.path()});
+  CHECK(stats.exit_code == 1);
+  CHECK(contains(stats.output, "is a stale mount: its daemon died"));
   // The kernel may still hold the root's attributes (doctor looked at it a moment ago): the next
   // mount still sees the mount is dead, and takes its place.
   DetachAtEnd guard(mount.path());
   CHECK(run_epochfs({"mount", dir / "src", mount.path(), "--no-cache"}).exit_code == 0);
   CHECK(read_file(mount / "hello.txt") == "hello");
   CHECK(run_epochfs({"unmount", mount.path()}).exit_code == 0);
+  // Unmounted, the mountpoint is an empty directory: not taken for a source with no problem.
+  const CommandResult unmounted = run_epochfs({"doctor", mount.path(), "--no-cache"});
+  INFO(unmounted.output);
+  CHECK(unmounted.exit_code == 1);
+  CHECK(contains(unmounted.output, "is an empty directory: nothing is mounted there"));
 }
 
 TEST_CASE("a log file given by --log-file gets timestamped lines, also in the background",

@@ -15,7 +15,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -329,6 +331,41 @@ std::string check_mount(const std::string& mountpoint, Report& r) {
 
 }  // namespace
 
+// An fstab line mounting epochfs at path, if any (its mountpoint field, then its type).
+bool in_fstab_as_epochfs(const std::string& path) {
+  std::ifstream fstab("/etc/fstab");
+  for (std::string line; std::getline(fstab, line);) {
+    std::istringstream fields(line);
+    std::string spec, file, type;
+    if (fields >> spec >> file >> type && spec[0] != '#' && file == path &&
+        type.find("epochfs") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A path with nothing in it is no source, and no mount either: an unmounted mountpoint, most
+// likely. True if path was such a one (and reported).
+bool check_not_mounted(const std::string& path, Report& r) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec) || !std::filesystem::is_empty(path, ec)) {
+    return false;
+  }
+  if (in_fstab_as_epochfs(path)) {
+    r.problem(
+        "%s is an epochfs mountpoint in /etc/fstab, but nothing is mounted there; run: "
+        "mount %s",
+        path.c_str(), path.c_str());
+  } else {
+    r.problem(
+        "%s is an empty directory: nothing is mounted there, and it holds no dataset; "
+        "give doctor a mount (after `epochfs mount SOURCE %s`) or a dataset's directory",
+        path.c_str(), path.c_str());
+  }
+  return true;
+}
+
 int cmd_doctor(const DoctorOptions& options) {
   DoctorOptions o = options;
   Report r;
@@ -341,7 +378,7 @@ int cmd_doctor(const DoctorOptions& options) {
     const std::string path = absolute_path(o.path);
     if (mount_type_at(path) == std::optional<std::string>("fuse.epochfs")) {
       mount_cache_dir = check_mount(path, r);
-    } else {
+    } else if (!check_not_mounted(path, r)) {
       check_source(path, r);
     }
   }

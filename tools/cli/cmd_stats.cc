@@ -27,8 +27,15 @@ std::optional<std::pair<std::string, StatsDoc>> read_control(const std::string& 
   text << in.rdbuf();
   auto doc = parse_stats(text.str());
   if (!in || !doc) {
-    fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/%s)\n",
-            mountpoint.c_str(), name.c_str());
+    if (is_dead_mount(mountpoint)) {
+      fprintf(stderr,
+              "epochfs: %s is a stale mount: its daemon died; `epochfs mount` at the same "
+              "path detaches it, or run: epochfs unmount --lazy %s\n",
+              mountpoint.c_str(), mountpoint.c_str());
+    } else {
+      fprintf(stderr, "epochfs: %s is not an epochfs mount (no readable .epochfs/%s)\n",
+              mountpoint.c_str(), name.c_str());
+    }
     return std::nullopt;
   }
   return std::make_pair(text.str(), std::move(*doc));
