@@ -38,6 +38,7 @@ while the current one runs, wherever the order is known ahead: always for
 order published ahead is not published again when its epoch starts.
 """
 
+import errno
 import hashlib
 import itertools
 import math
@@ -148,6 +149,9 @@ class _Publisher:
         self.published = set()
         self.publish_failures = 0
         if self.mount is None:
+            if self.strict:
+                raise FileNotFoundError(errno.ENOENT, "not on an epochfs mount, so the order "
+                                        "cannot be published (strict)", os.fspath(data_dir))
             warnings.warn("%s is not on an epochfs mount: the order is not published" % data_dir,
                           RuntimeWarning, stacklevel=3)
         elif stream is not None:

@@ -81,6 +81,18 @@ def test_a_training_and_a_validation_loader_keep_their_own_orders(workdir, image
         mount.unmount()
 
 
+def test_outside_epochfs_strict_raises(image_source, monkeypatch):
+    # The guide says strict raises where publishing cannot work; off a mount it only warned.
+    data = os.path.join(image_source, "train")
+    ds = path_folder(data)
+    with pytest.raises(FileNotFoundError, match="not on an epochfs mount"):
+        epochfs.torch.PublishingSampler(seeded(ds), data, epochfs.torch.dataset_paths(ds),
+                                        strict=True)
+    monkeypatch.setenv("EPOCHFS_STRICT", "1")
+    with pytest.raises(FileNotFoundError, match="not on an epochfs mount"):
+        epochfs.torch.PublishingSampler(seeded(ds), data, epochfs.torch.dataset_paths(ds))
+
+
 def test_outside_epochfs_one_warning_and_the_same_order(image_source):
     data = os.path.join(image_source, "train")
     ds = path_folder(data)
