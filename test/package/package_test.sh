@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Debian package as an operator uses it: built by CPack from this build directory,
 # installed with dpkg, its files where a node needs them (the binary, mount(8)'s helper link,
-# the man page, the bash completion, the Python package, the deployment examples), a mount made by mount(8) through the helper
+# the man page, the bash completion, the Python package and its wheel, the deployment examples
+# and the docs), a mount made by mount(8) through the helper
 # (as an fstab line or a systemd .mount unit does), a file read through it, the unmount, and
 # the removal. Needs root and dpkg; exits 77 (skipped) without them, or when an epochfs
 # package is installed on this machine already (the test does not replace it).
@@ -41,6 +42,13 @@ installed=1
 # The binary needs nothing the Depends line does not name (xxHash is compiled in).
 ! ldd /usr/bin/epochfs | grep -q xxhash || fail "the binary links libxxhash"
 [ -f /usr/share/doc/epochfs/examples/epochfs.fstab ] || fail "no fstab example"
+[ -x /usr/share/doc/epochfs/examples/slurm-prolog.sh ] || fail "the Slurm prolog cannot run"
+[ -x /usr/share/doc/epochfs/examples/slurm-epilog.sh ] || fail "the Slurm epilog cannot run"
+for doc in copyright user-guide.md semantics.md stats.md; do
+  [ -f "/usr/share/doc/epochfs/$doc" ] || fail "no $doc in /usr/share/doc/epochfs"
+done
+grep -q '^.SH EXAMPLES' /usr/share/man/man1/epochfs.1 || fail "no EXAMPLES in the man page"
+ls /usr/share/epochfs/python/epochfs-*-py3-none-any.whl >/dev/null || fail "no wheel"
 grep -q '^.TH EPOCHFS 1' /usr/share/man/man1/epochfs.1 || fail "no man page"
 grep -q 'complete .* epochfs' /usr/share/bash-completion/completions/epochfs || fail "no completion"
 # Debian's python3 finds the package with no PYTHONPATH, from anywhere.

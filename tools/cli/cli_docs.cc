@@ -108,10 +108,23 @@ std::string man_page(const CLI::App& app) {
   for (const CLI::App* cmd : commands(app)) {
     man_command(out, *cmd);
   }
-  out << ".SH FILES\n.TP\n.I MOUNTPOINT/.epochfs/\nThe control directory: stats, metrics, "
+  out << ".SH EXIT STATUS\n0 on success, 1 on a failure, 2 on a usage error.\n"
+      << ".SH EXAMPLES\n"
+      << "Mount shared storage with the cache on local NVMe, then publish an epoch's order "
+         "(one path per line, relative to the mount):\n"
+      << ".PP\n.nf\n.RS\n"
+      << "epochfs mount /nfs/datasets /mnt/data \\-\\-cache\\-dir /nvme/epochfs\n"
+      << "epochfs publish /mnt/data epoch0.txt \\-\\-epoch 0 \\-\\-strict\n"
+      << "epochfs stats /mnt/data\n"
+      << "epochfs unmount /mnt/data\n"
+      << ".RE\n.fi\n.PP\n"
+      << "Check a node, or one mount:\n.PP\n.nf\n.RS\nepochfs doctor /mnt/data\n.RE\n.fi\n"
+      << ".SH FILES\n.TP\n.I MOUNTPOINT/.epochfs/\nThe control directory: stats, metrics, "
       << "orders published by training jobs.\n"
-      << ".SH SEE ALSO\nfusermount3(1), mount(8); the user guide and docs/stats.md in the "
-      << "epochfs sources.\n";
+      << ".TP\n.I /usr/share/doc/epochfs/\nThe user guide, the semantics, the stats and the "
+      << "deployment examples (fstab, systemd, Slurm, Kubernetes).\n"
+      << ".TP\n.I /usr/share/epochfs/python/\nThe Python package as a wheel, for any Python.\n"
+      << ".SH SEE ALSO\nfusermount3(1), mount(8).\n";
   return out.str();
 }
 
