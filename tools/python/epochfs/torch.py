@@ -1,6 +1,11 @@
 """PyTorch samplers that publish the epoch's order to epochfs as they yield it.
 
-Two lines in a training script::
+One line for an existing loader (``shuffle=True``, any sampler, ``DistributedSampler``, or a
+batch sampler)::
+
+    loader = epochfs.torch.publishing(DataLoader(dataset, shuffle=True, batch_size=256))
+
+or two lines in a training script::
 
     sampler = epochfs.torch.PublishingSampler(RandomSampler(dataset), data_dir,
                                               epochfs.torch.dataset_paths(dataset))
@@ -425,6 +430,57 @@ class DistributedPublishingSampler(_Names, torch.utils.data.DistributedSampler):
         self._publish_from(self.epoch)
         self._iterated = True
         return iter(self._order(self.epoch))
+
+
+def publishing(loader, data_dir=None, paths=None, *, strict=None):
+    """One line for an existing ``DataLoader``: the same loader (dataset, batch size, workers,
+    collate, everything) whose sampler publishes each epoch's order::
+
+        loader = epochfs.torch.publishing(DataLoader(dataset, shuffle=True, batch_size=256,
+                                                     num_workers=8))
+
+    ``shuffle=True`` and explicit samplers are wrapped in :class:`PublishingSampler`, a
+    ``DistributedSampler`` becomes a :class:`DistributedPublishingSampler` of the same
+    arguments, and a custom ``batch_sampler`` is wrapped in :class:`PublishingBatchSampler`.
+    ``data_dir`` defaults to the dataset's ``root`` (``ImageFolder`` and other
+    ``DatasetFolder``), ``paths`` to :func:`dataset_paths`; ``strict`` as for
+    :class:`PublishingSampler`. The loader must not have been iterated yet.
+    """
+    dataset = loader.dataset
+    if data_dir is None:
+        data_dir = getattr(dataset, "root", None)
+        if data_dir is None:
+            raise ValueError("publishing(): give data_dir, the directory the dataset reads "
+                             "(the dataset has no root attribute)")
+    paths = dataset_paths(dataset) if paths is None else paths
+    options = dict(num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                   pin_memory=loader.pin_memory, timeout=loader.timeout,
+                   worker_init_fn=loader.worker_init_fn,
+                   multiprocessing_context=loader.multiprocessing_context,
+                   generator=loader.generator, persistent_workers=loader.persistent_workers)
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+    if _custom_batch_sampler(loader):
+        batches = PublishingBatchSampler(loader.batch_sampler, data_dir, paths, strict=strict)
+        return torch.utils.data.DataLoader(dataset, batch_sampler=batches, **options)
+    sampler = loader.sampler
+    if isinstance(sampler, torch.utils.data.DistributedSampler):
+        sampler = DistributedPublishingSampler(
+            dataset, num_replicas=sampler.num_replicas, rank=sampler.rank,
+            shuffle=sampler.shuffle, seed=sampler.seed, drop_last=sampler.drop_last,
+            data_dir=data_dir, paths=paths, strict=strict)
+    else:
+        sampler = PublishingSampler(sampler, data_dir, paths, strict=strict)
+    return torch.utils.data.DataLoader(dataset, batch_size=loader.batch_size, sampler=sampler,
+                                       drop_last=loader.drop_last, **options)
+
+
+def _custom_batch_sampler(loader):
+    """Whether the loader was given its own batch_sampler (not the one made from batch_size)."""
+    b = loader.batch_sampler
+    return b is not None and not (type(b) is torch.utils.data.BatchSampler
+                                  and b.sampler is loader.sampler
+                                  and b.batch_size == loader.batch_size)
 
 
 def _generator(*parts):

@@ -53,7 +53,7 @@ def spy_on_publish(monkeypatch, record=lambda order, kw: (kw["epoch"], order)):
     def spy(m, order, **kw):
         order = list(order)
         published.append(record(order, kw))
-        real_publish(m, order, **kw)
+        return real_publish(m, order, **kw)
 
     monkeypatch.setattr(epochfs, "publish", spy)
     return published
