@@ -94,12 +94,14 @@ Engine::~Engine() {
 std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publisher publisher) {
   // The mount's own order (--shuffle-file) is the operator's, not a user's: not charged.
   const bool charged = !publisher.is_mount;
+  Credentials creds = publisher.creds;
   auto upload = std::make_unique<OrderUpload>(
-      kind, publisher, registry_, *planner_, charged ? &uploads_ : nullptr,
+      kind, std::move(publisher), registry_, *planner_, charged ? &uploads_ : nullptr,
       options_.limits.entries_per_user, charged ? &paths_ : nullptr);
   if (cache_) {
-    upload->look_up_entries_with(
-        [this, creds = publisher.creds](const std::string& rel) { return names_file(rel, creds); });
+    upload->look_up_entries_with([this, creds = std::move(creds)](const std::string& rel) {
+      return names_file(rel, creds);
+    });
   }
   return upload;
 }
