@@ -321,11 +321,12 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   return out.str();
 }
 
-std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount) {
+std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount,
+                             const VerifyFigures& verify) {
   return metrics_text(stats,
                       DataPathFigures{passthrough::active(), passthrough::opens(),
                                       passthrough::source_opens(), passthrough::backing_files()},
-                      mount);
+                      mount, verify);
 }
 
 }  // namespace epochfs::fusefs

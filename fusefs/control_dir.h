@@ -68,11 +68,6 @@ prefetch::EngineStats as_seen_by(prefetch::EngineStats stats, uid_t viewer);
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 
 // How .epochfs/verify has been used (Filesystem::verify_document).
-struct VerifyFigures {
-  uint64_t runs = 0;    // verifies run
-  uint64_t shared = 0;  // opens that waited for a verify under way and shared its document
-};
-
 // The JSON document served as .epochfs/stats.
 // implicit_opens: the mount runs with --data-path no-open.
 // inodes: the entries the kernel holds references to now.
@@ -81,6 +76,7 @@ std::string stats_json(const prefetch::EngineStats& stats, const std::string& so
                        const VerifyFigures& verify = {});
 
 // The Prometheus text served as .epochfs/metrics and written to --metrics-file.
-std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount);
+std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount,
+                             const VerifyFigures& verify);
 
 }  // namespace epochfs::fusefs

@@ -119,6 +119,7 @@ class Filesystem {
   // Starts background threads (staging). Call after any fork, before serving.
   // The daemon's figures in Prometheus's text format (fusefs/metrics.h).
   std::string metrics() const;
+  VerifyFigures verify_figures() const;
 
   void start() { engine_.start(); }
 

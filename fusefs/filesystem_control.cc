@@ -45,11 +45,10 @@ std::string Filesystem::control_content(InodeId id, std::optional<uid_t> viewer)
       stats = as_seen_by(std::move(stats), *viewer);
     }
     if (id == kMetricsFileId) {
-      return metrics_document(stats, options_.labels);
+      return metrics_document(stats, options_.labels, verify_figures());
     }
     return stats_json(stats, source_.path(), ::getpid(), inodes_.size(), options_.implicit_opens,
-                      VerifyFigures{verify_runs_.load(std::memory_order_relaxed),
-                                    verify_shared_.load(std::memory_order_relaxed)});
+                      verify_figures());
   }
   return verify_document();
 }
@@ -208,7 +207,12 @@ std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t si
 }
 
 std::string Filesystem::metrics() const {
-  return metrics_document(engine_.stats(), options_.labels);
+  return metrics_document(engine_.stats(), options_.labels, verify_figures());
+}
+
+VerifyFigures Filesystem::verify_figures() const {
+  return VerifyFigures{verify_runs_.load(std::memory_order_relaxed),
+                       verify_shared_.load(std::memory_order_relaxed)};
 }
 
 Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,

@@ -252,7 +252,7 @@ void stream_metrics(Exposition& e, const prefetch::EngineStats& s) {
 }  // namespace
 
 std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path,
-                         const MountLabels& mount) {
+                         const MountLabels& mount, const VerifyFigures& verify) {
   Exposition e(mount);
   e.family("epochfs_build_info", "gauge", "The daemon's version; always 1.");
   e.sample(1, "version=\"" EPOCHFS_VERSION "\"");
@@ -260,6 +260,9 @@ std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigur
   source_metrics(e, stats.source);
   cache_metrics(e, stats);
   planner_metrics(e, stats);
+  e.one("epochfs_verify_runs_total", "counter", "Verifies of the cache run.", d(verify.runs));
+  e.one("epochfs_verify_opens_shared_total", "counter",
+        "Opens of .epochfs/verify that shared a verify under way.", d(verify.shared));
   stream_metrics(e, stats);
   e.one("epochfs_data_path_passthrough", "gauge",
         "1 if the kernel reads cached copies itself (--data-path passthrough).",

@@ -28,6 +28,12 @@ struct DataPathFigures {
   uint64_t backing_files = 0;
 };
 
+// The verifies of the mount's cache (its control directory counts them).
+struct VerifyFigures {
+  uint64_t runs = 0;    // verifies run
+  uint64_t shared = 0;  // opens that waited for a verify under way and shared its document
+};
+
 // The labels every series of one mount carries.
 struct MountLabels {
   std::string mountpoint;
@@ -35,7 +41,7 @@ struct MountLabels {
 };
 
 std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path,
-                         const MountLabels& mount);
+                         const MountLabels& mount, const VerifyFigures& verify = {});
 
 class MetricsFileWriter {
  public:

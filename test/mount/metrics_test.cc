@@ -137,6 +137,15 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
   CHECK(metric("epochfs_open_latency_seconds_bucket{le=\"0.0001\"}") <= 20);
   CHECK(metric("epochfs_copy_latency_seconds_count") ==
         metric("epochfs_copy_latency_seconds_bucket{le=\"+Inf\"}"));
+  // A verify counts in both.
+  CHECK(metric("epochfs_verify_runs_total") == 0);
+  REQUIRE(read_file(mount / ".epochfs/verify").has_value());
+  const auto after = parse_prometheus(read_file(mount / ".epochfs/metrics").value_or(""),
+                                      mount.path(), dir / "src");
+  REQUIRE(after.count("epochfs_verify_runs_total") == 1);
+  CHECK(after.at("epochfs_verify_runs_total") == 1);
+  CHECK(after.at("epochfs_verify_runs_total") == stat_of(mount, "verify_runs"));
+  CHECK(after.at("epochfs_verify_opens_shared_total") == stat_of(mount, "verify_opens_shared"));
 }
 
 TEST_CASE("the metrics file is written at once and rewritten as the figures change",
