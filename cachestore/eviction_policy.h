@@ -11,10 +11,9 @@
 #include <optional>
 #include <vector>
 
-namespace epochfs::cachestore {
+#include "cachestore/file_id.h"
 
-// Dense id of a source file, assigned by the prefetch engine for the life of a mount.
-using FileId = uint32_t;
+namespace epochfs::cachestore {
 
 class EvictionPolicy {
  public:

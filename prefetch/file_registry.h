@@ -32,7 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 #include "cachestore/file_version.h"
 #include "cachestore/sync.h"
 

@@ -28,7 +28,7 @@
 #include <functional>
 #include <unordered_map>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 #include "cachestore/sync.h"
 
 namespace epochfs::prefetch {

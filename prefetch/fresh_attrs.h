@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 #include "cachestore/sync.h"
 
 namespace epochfs::prefetch {

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 #include "cachestore/status.h"
 #include "prefetch/credentials.h"
 

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 
 namespace epochfs::prefetch {
 

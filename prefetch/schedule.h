@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 #include "cachestore/status.h"
 
 namespace epochfs::prefetch {

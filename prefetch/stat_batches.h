@@ -13,7 +13,7 @@
 #include <deque>
 #include <vector>
 
-#include "cachestore/eviction_policy.h"
+#include "cachestore/file_id.h"
 #include "cachestore/sync.h"
 
 namespace epochfs::prefetch {
