@@ -200,6 +200,24 @@ Result<size_t> RootDir::listxattr_at(const std::string& rel, char* buf, size_t s
   return static_cast<size_t>(n);
 }
 
+Result<size_t> pread_full(int fd, char* buf, size_t size, off_t off, const std::string& context) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::pread(fd, buf + got, size - got, off + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return Status::error(errno, "read " + context);
+    }
+    if (n == 0) {
+      break;  // the end of the file
+    }
+    got += static_cast<size_t>(n);
+  }
+  return got;
+}
+
 Status write_all(int fd, std::string_view data, const std::string& context) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());

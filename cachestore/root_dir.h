@@ -111,4 +111,9 @@ Result<struct stat> fstat_fd(int fd, const std::string& context);
 // context.
 Status write_all(int fd, std::string_view data, const std::string& context);
 
+// pread(2) of size bytes at off into buf until all are read or the file ends (retrying short
+// reads and EINTR): the bytes read, fewer than size only at the end of the file; the error
+// names context.
+Result<size_t> pread_full(int fd, char* buf, size_t size, off_t off, const std::string& context);
+
 }  // namespace epochfs::cachestore

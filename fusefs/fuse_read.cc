@@ -129,16 +129,9 @@ CopyRead reply_copy_buffered(fuse_req_t req, const FileHandle& file, int fd, siz
   if (buffer.size() < expected) {
     buffer.resize(expected);  // at most one read's size (max_read) per worker
   }
-  size_t got = 0;
-  while (got < expected) {
-    const ssize_t n = pread(fd, buffer.data() + got, expected - got, off + static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return CopyRead::kFailed;
-    }
-    got += static_cast<size_t>(n);
+  auto got = cachestore::pread_full(fd, buffer.data(), expected, off, "cached copy");
+  if (!got.is_ok() || got.value() != expected) {
+    return CopyRead::kFailed;
   }
   fuse_reply_buf(req, buffer.data(), expected);
   return CopyRead::kSent;

@@ -268,22 +268,11 @@ Result<std::string> Engine::read_source(const OpenFile& file, int fd, size_t siz
   return guard_.call<std::string>(
       rel_path, false, [fd, size, off, rel_path]() -> Result<std::string> {
         std::string data(size, '\0');
-        size_t got = 0;
-        while (got < size) {
-          const ssize_t n =
-              ::pread(fd, data.data() + got, size - got, off + static_cast<off_t>(got));
-          if (n < 0 && errno == EINTR) {
-            continue;
-          }
-          if (n < 0) {
-            return Status::error(errno, "read " + rel_path);
-          }
-          if (n == 0) {
-            break;  // the end of the file
-          }
-          got += static_cast<size_t>(n);
+        auto got = cachestore::pread_full(fd, data.data(), size, off, rel_path);
+        if (!got.is_ok()) {
+          return got.status();
         }
-        data.resize(got);
+        data.resize(got.value());
         return data;
       });
 }
