@@ -136,7 +136,7 @@ class Filesystem {
                                    std::optional<uid_t> caller = std::nullopt);
   void forget(InodeId id, uint64_t n);
   // A batch of forgets is done: when the kernel has let go of most of what it held, returns
-  // the memory freed to the system (malloc keeps it otherwise; RELIABILITY.md L5).
+  // the memory freed to the system (malloc keeps it otherwise; docs/reliability.md L5).
   void forgotten();
   cachestore::Result<struct stat> getattr(InodeId id);
   cachestore::Result<std::string> readlink(InodeId id);

@@ -965,7 +965,7 @@ TEST_CASE("CacheStore keeps the free-space reserve against concurrent stagings",
   store.reset();
 }
 
-// --- A stateful property test against a reference model (RELIABILITY.md, M1) ---------------
+// --- A stateful property test against a reference model (docs/reliability.md, M1) ---------------
 
 namespace {
 

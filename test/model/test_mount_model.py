@@ -1,4 +1,4 @@
-"""RELIABILITY.md M2: a differential state machine of a mount against its own source.
+"""docs/reliability.md M2: a differential state machine of a mount against its own source.
 
 Hypothesis drives random steps: changes made to the source behind the mount's back (write in
 place, replace by rename, truncate, delete, rename files and directories, mkdir, rmdir), and

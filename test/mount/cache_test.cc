@@ -110,7 +110,7 @@ TEST_CASE("a dataset 3x the cache keeps usage under the capacity", "[mount][cach
 }
 
 TEST_CASE("tiny and sparse files keep the cache's disk usage under the cap", "[mount][cache]") {
-  // RELIABILITY.md C4 (JuiceFS #3546 used twice its cap): 10,000 files of 1 to 100 bytes, each
+  // docs/reliability.md C4 (JuiceFS #3546 used twice its cap): 10,000 files of 1 to 100 bytes, each
   // taking a whole block on disk, and sparse files whose copies may be written out whole. What
   // du counts of the copies stays under the cap with eviction going on all along. The fan-out
   // directories (at most 256) are not charged: their blocks are reported, not capped.
@@ -462,7 +462,7 @@ TEST_CASE("a cached copy damaged underneath is detected and refetched", "[mount]
 
 TEST_CASE("copies deleted underneath in bulk are read from the source and made again",
           "[mount][cache]") {
-  // RELIABILITY.md C5, JuiceFS's test_manual_delete_cache_data_lru: a cleaner deletes copies
+  // docs/reliability.md C5, JuiceFS's test_manual_delete_cache_data_lru: a cleaner deletes copies
   // behind the daemon's back. Readers get the source's bytes without an error, the copies left
   // are still served, the deleted ones are made again, and the accounting follows.
   TempDir dir;

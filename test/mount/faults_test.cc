@@ -1,5 +1,5 @@
-// Faults of the shared storage and of the cache disk (RELIABILITY.md, rows F and C), injected by
-// epochfs-faultfs: under each, every byte a reader gets is the source's, errors reach only the
+// Faults of the shared storage and of the cache disk (docs/reliability.md, rows F and C), injected
+// by epochfs-faultfs: under each, every byte a reader gets is the source's, errors reach only the
 // files they belong to, and the mount stays live.
 #include <errno.h>
 #include <fcntl.h>
@@ -292,7 +292,7 @@ TEST_CASE("an unreachable source: cached files are still served, never as empty"
 }
 
 TEST_CASE("a file changed while it is being copied is never served torn", "[mount][faults]") {
-  // RELIABILITY.md F7: the copy is made from the version seen at the open; a change of the
+  // docs/reliability.md F7: the copy is made from the version seen at the open; a change of the
   // source during the copy must throw the copy away (Engine::stage's check after the copy), not
   // publish it for the version check of a later open to catch.
   const char* how = GENERATE("append", "truncate", "rewrite");
@@ -466,7 +466,7 @@ TEST_CASE("a source that refuses root gives EACCES and a hint", "[mount][faults]
 }
 
 TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
-  // RELIABILITY.md C8: --cache-dir on faultfs whose writes, or creates, hang (a dead local
+  // docs/reliability.md C8: --cache-dir on faultfs whose writes, or creates, hang (a dead local
   // disk), with an order published so that copies run ahead of the reader. Every copy sticks;
   // readers must still get every file, from the source, without waiting on the stuck copies
   // for long. The reader is a child process, so a stuck one cannot hold up the test.
@@ -489,7 +489,7 @@ TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
   REQUIRE(reader >= 0);
   // Liveness only: the reader finishes at all within a generous 60 s. With a wait of up to
   // 30 s for each stuck copy (the bug this test came with), it took 30 s per file. How long it
-  // takes now (about 2 s, RELIABILITY.md C8) is a figure for a benchmark, not asserted here
+  // takes now (about 2 s, docs/reliability.md C8) is a figure for a benchmark, not asserted here
   // (docs/benchmarks.md has no measurement of it yet).
   const auto code = tools::wait_exit(reader, seconds(60));
   const auto took = std::chrono::duration<double>(Clock::now() - start).count();
@@ -510,7 +510,7 @@ TEST_CASE("a hung cache disk holds up no reader for long", "[mount][faults]") {
 }
 
 TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[mount][faults]") {
-  // RELIABILITY.md C8, the other half: every file is cached, then the cache disk stops
+  // docs/reliability.md C8, the other half: every file is cached, then the cache disk stops
   // answering reads. The first reader is stuck with the disk (its read is already there);
   // every open after the stuck read is 2 s old must be served from the source, with the right
   // bytes, and once the disk answers again the copies serve hits again: the cache is not
@@ -574,7 +574,7 @@ TEST_CASE("reads of cached copies on a hung cache disk go to the source", "[moun
 }
 
 TEST_CASE("source directories renamed and replaced under readers and prefetch", "[mount][faults]") {
-  // RELIABILITY.md F9: a directory of the source renamed back and forth while readers and
+  // docs/reliability.md F9: a directory of the source renamed back and forth while readers and
   // prefetch go through it, then replaced by a file of the same name and by a directory with
   // new files. Reads give the right bytes or ENOENT/ENOTDIR/ESTALE, never another file's or an old
   // version's; once the timeouts have passed, listings match the source.

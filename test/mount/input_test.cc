@@ -1,4 +1,4 @@
-// Bad input through every publishing channel (RELIABILITY.md, rows I): the same text written
+// Bad input through every publishing channel (docs/reliability.md, rows I): the same text written
 // into <mount>/.epochfs/, given to `epochfs publish` and dropped at --shuffle-file gets the
 // same verdict, the same entries accepted and rejected, and reads go on; and the security rows
 // that concern the control directory, the cache directory and the mount's options (S).
@@ -253,7 +253,7 @@ TEST_CASE("the log file is not world-readable and paths in it are escaped", "[mo
 }
 
 TEST_CASE("a dataset's own .epochfs is shadowed, and orders cannot name it", "[mount][input]") {
-  // RELIABILITY.md S6: the control directory hides a real .epochfs at the top of the source,
+  // docs/reliability.md S6: the control directory hides a real .epochfs at the top of the source,
   // so an order naming anything under it is refused entry by entry, and the hidden file never
   // enters the cache. A .epochfs deeper down is an ordinary name.
   TempDir dir;
@@ -281,7 +281,7 @@ TEST_CASE("a dataset's own .epochfs is shadowed, and orders cannot name it", "[m
 
 TEST_CASE("directives and epochs through the control directory do as documented",
           "[mount][input]") {
-  // RELIABILITY.md I10 through a real mount (the parser's tests cover each case in detail).
+  // docs/reliability.md I10 through a real mount (the parser's tests cover each case in detail).
   TempDir dir;
   make_small_source(dir / "src");
   std::ofstream(dir / "src/#x") << "hash";
@@ -349,7 +349,7 @@ std::string rejected_examples(const Mount& mount) {
 }  // namespace
 
 TEST_CASE("control files publish the same order however they are written", "[mount][input]") {
-  // RELIABILITY.md I11: the bytes of an order (CRLF line ends, multibyte UTF-8 names, a bad
+  // docs/reliability.md I11: the bytes of an order (CRLF line ends, multibyte UTF-8 names, a bad
   // line) arrive in one write, one byte per write, in 128 KiB chunks, and cut inside a CRLF and
   // inside a UTF-8 sequence: every way gives the same verdict, entry for entry.
   TempDir dir;
@@ -398,7 +398,7 @@ TEST_CASE("control files publish the same order however they are written", "[mou
 }
 
 TEST_CASE("control files: odd writes, killed writers and other operations", "[mount][input]") {
-  // RELIABILITY.md I11: what each way of using the control directory does, as documented in
+  // docs/reliability.md I11: what each way of using the control directory does, as documented in
   // docs/user-guide.md ("Three ways to publish").
   TempDir dir;
   make_small_source(dir / "src");
@@ -549,7 +549,7 @@ TEST_CASE("control files: odd writes, killed writers and other operations", "[mo
 
 TEST_CASE("symlinks in the source never bring bytes from outside the root into the cache",
           "[mount][input]") {
-  // RELIABILITY.md I5: orders name symlinks out of the tree (to /etc/passwd, to /, relative
+  // docs/reliability.md I5: orders name symlinks out of the tree (to /etc/passwd, to /, relative
   // climbs, a chain that escapes after two hops, a loop) and, for a few seconds, entries that
   // are swapped between a regular file and a symlink out (a file and a directory on the path)
   // while prefetch and readers run. The source is opened beneath its root without following

@@ -384,7 +384,7 @@ TEST_CASE("a stale mount of another filesystem is left alone", "[mount][lifecycl
 
 TEST_CASE("a root-like cache directory: only epochfs's own directory goes, after a crash too",
           "[mount][lifecycle]") {
-  // RELIABILITY.md K9 with a `/`-like directory: a system-like tree that also holds the
+  // docs/reliability.md K9 with a `/`-like directory: a system-like tree that also holds the
   // source and the mountpoint. A crash leaves the mount's directory; the next mount removes
   // it, and its unmount its own. Nothing else in the tree may change.
   TempDir dir;

@@ -1,4 +1,4 @@
-// The mount against an oracle: a read-only bind mount of the same source (RELIABILITY.md rows
+// The mount against an oracle: a read-only bind mount of the same source (docs/reliability.md rows
 // P1, P2, P5, S1, S7). Every operation is made on both, and the mount must give what the
 // oracle gives: the same attributes, listings, link targets, xattrs and access verdicts, the
 // same errno for every write, the same bytes under hostile names and through links that leave

@@ -332,7 +332,7 @@ TEST_CASE("a directory renamed in the source is found under its new name at once
 TEST_CASE("source changes show through the mount within the timeouts", "[mount][coherence]") {
   TempDir dir;
   write_files(dir / "src", 1, 5000);
-  // 0.5 s for names, attributes and misses (RELIABILITY.md P6; the defaults are 1 s).
+  // 0.5 s for names, attributes and misses (docs/reliability.md P6; the defaults are 1 s).
   Mount mount(dir / "src", dir / "mnt", {"--attr-timeout", "0.5", "--negative-timeout", "0.5"});
   const auto within = std::chrono::seconds(3);  // the timeout, with room for a loaded machine
   // Polls until check() holds; how long it took, or a failed check after `within`.
@@ -457,7 +457,7 @@ TEST_CASE("a name the kernel still holds never leads to a new file with a reused
 
 TEST_CASE("a hundred thousand files in one directory list as the source, and are forgotten",
           "[mount][metadata]") {
-  // RELIABILITY.md L5 at CI size: a flat directory of 100,000 files and a tree of 100 x 100,
+  // docs/reliability.md L5 at CI size: a flat directory of 100,000 files and a tree of 100 x 100,
   // listed and stat'ed through the mount (find, ls -f); then the kernel forgets them all
   // (drop_caches 2, a FORGET storm). The listings equal the source's; the daemon's live
   // inodes fall back to about none, and its memory does not grow past its peak.

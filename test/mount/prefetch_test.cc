@@ -646,7 +646,7 @@ TEST_CASE("with half the dataset cached, known-future eviction is near the Belad
 
 TEST_CASE("entries naming no file are skipped and counted, the others followed",
           "[mount][prefetch][input]") {
-  // RELIABILITY.md I2: an order whose entries name missing files (a stale list, another
+  // docs/reliability.md I2: an order whose entries name missing files (a stale list, another
   // dataset's names) at 0.1%, 50% and 100% of its lines. Each such entry is counted as rejected
   // when the planner reaches it; the files that exist are still staged ahead of the reader.
   TempDir dir;
@@ -700,7 +700,7 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
 }
 
 TEST_CASE("the --shuffle-file watcher publishes whole versions only", "[mount][prefetch]") {
-  // RELIABILITY.md I12 on a local directory, where inotify sees every close and rename.
+  // docs/reliability.md I12 on a local directory, where inotify sees every close and rename.
   TempDir dir;
   make_files(dir / "src", 20);
   const std::string watched = dir / "orders/order.txt";
@@ -761,7 +761,7 @@ TEST_CASE("the --shuffle-file watcher publishes whole versions only", "[mount][p
 
 TEST_CASE("a --shuffle-file changed where inotify cannot see is published once it is whole",
           "[mount][prefetch]") {
-  // RELIABILITY.md I12: the shuffle file on a FUSE filesystem (faultfs standing for NFS),
+  // docs/reliability.md I12: the shuffle file on a FUSE filesystem (faultfs standing for NFS),
   // changed in the directory behind it, as by another machine: inotify is blind to that, so
   // the watcher looks at the file every second and publishes a version once it has stayed
   // the same from one look to the next. A writer that stops mid-file for longer is caught by

@@ -1,4 +1,4 @@
-// RELIABILITY.md P3: a property test of the read path. Random sequences of preads at the
+// docs/reliability.md P3: a property test of the read path. Random sequences of preads at the
 // offsets and lengths where bugs live (0, 1, a page +- 1, FUSE's 128 KiB request +- 1, EOF - 1,
 // EOF, EOF + 1, far past EOF, length 0) and anywhere, and whole files read front to back in
 // random pieces, through the mount, on files of those sizes and one bigger than the cache:

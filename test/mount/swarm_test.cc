@@ -1,4 +1,4 @@
-// Load (RELIABILITY.md, rows L): swarms of reader processes, as DataLoader workers, reading
+// Load (docs/reliability.md, rows L): swarms of reader processes, as DataLoader workers, reading
 // published epochs through a mount, every byte checked, a watchdog on each reader; the stats
 // read at 10 Hz meanwhile; readers of cached files while the source is slow.
 #include "tools/lab/swarm.h"
@@ -181,7 +181,7 @@ TEST_CASE("a daemon held to 256 file descriptors serves 64 readers and a deep pr
   TempDir dir;
   const size_t kFiles = 1500;
   const Dataset d = make_files(dir / "data", kFiles, 32 * 1024);
-  // Soft and hard: the daemon cannot raise it (RELIABILITY.md L6). Set on the daemon alone: a
+  // Soft and hard: the daemon cannot raise it (docs/reliability.md L6). Set on the daemon alone: a
   // hard limit lowered in this process could not be raised again.
   auto mount = std::make_unique<Mount>(
       dir / "data", dir / "mnt",

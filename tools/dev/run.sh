@@ -62,7 +62,7 @@ checked_contracts() {
 }
 
 # The concurrency tests under ThreadSanitizer: the unit tests, and the mount tests with many
-# readers, faults and churn (RELIABILITY.md L1, L3, L4, F4-F7, C5, C7). A report aborts the
+# readers, faults and churn (docs/reliability.md L1, L3, L4, F4-F7, C5, C7). A report aborts the
 # process it is in (halt_on_error): a test binary fails, or a daemon dies under its mount and
 # the mount test fails. test/tsan.supp says why one kind of report is not a race.
 tsan_tests() {

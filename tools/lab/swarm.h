@@ -15,7 +15,7 @@ struct SwarmSpec {
   std::vector<std::string> paths;  // absolute, in the order to read them
   std::vector<uint64_t> digests;   // the XXH64 (seed 0) each file must have, same order
   unsigned processes = 16;
-  // A process that finishes no file for this long is stuck (RELIABILITY.md: 20 s, as
+  // A process that finishes no file for this long is stuck (docs/reliability.md: 20 s, as
   // mountpoint-s3's stress watchdog).
   std::chrono::milliseconds stall_limit = std::chrono::seconds(20);
 };

@@ -1,4 +1,4 @@
-"""RELIABILITY.md I13: what the Python helper accepts, against a real mount.
+"""docs/reliability.md I13: what the Python helper accepts, against a real mount.
 
 bytes, path-like and surrogate-escaped names; numpy integer indices; orders too long to hold
 in memory (a generator of two million entries, streamed); 64 processes publishing at once.
