@@ -172,7 +172,7 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
         staging_bytes_ += charge;
         entries_.emplace(id,
                          Entry{State::kStaging, false, false, 0, staging_version(size), 0, key});
-        ++counters_.staging_now;
+        ++counters_.copies_in_flight;
         return true;
       }
       // Called by choose_victim within this scope, with mu_ held.
@@ -272,7 +272,7 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   staging_bytes_ -= charge_for(e.size());
   e.version = version;
   e.hash = hash;
-  --counters_.staging_now;
+  --counters_.copies_in_flight;
   ++counters_.files_staged;
   counters_.bytes_staged += e.size();
   policy_->inserted(staging.id_);
@@ -294,8 +294,8 @@ void CacheStore::abort(Staging staging, int err) {
     used_bytes_ -= charge_for(it->second.size());
     staging_bytes_ -= charge_for(it->second.size());
     entries_.erase(it);
-    --counters_.staging_now;
-    ++counters_.staging_aborted;
+    --counters_.copies_in_flight;
+    ++counters_.copies_aborted;
   }
 }
 
@@ -473,7 +473,7 @@ CacheStats CacheStore::stats() const {
   CacheStats s = counters_;
   s.capacity_bytes = options_.capacity_bytes;
   s.used_bytes = used_bytes_;
-  s.files_ready = policy_->size();
+  s.files_cached = policy_->size();
   return s;
 }
 

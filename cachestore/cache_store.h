@@ -74,11 +74,11 @@ struct KeptCopy {
 struct CacheStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;  // charged: ready + staging + being removed
-  uint64_t files_ready = 0;
-  uint64_t staging_now = 0;
+  uint64_t files_cached = 0;
+  uint64_t copies_in_flight = 0;
   uint64_t files_staged = 0;
   uint64_t bytes_staged = 0;
-  uint64_t staging_aborted = 0;  // source changed or unreadable during the copy
+  uint64_t copies_aborted = 0;  // source changed or unreadable during the copy
   uint64_t evictions = 0;
   uint64_t dropped_stale = 0;
   uint64_t dropped_damaged = 0;

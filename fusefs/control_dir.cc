@@ -128,13 +128,13 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
     o.field("capacity_bytes", c.capacity_bytes);
   }
   o.field("used_bytes", c.used_bytes);
-  o.field("files_cached", c.files_ready);
+  o.field("files_cached", c.files_cached);
   o.field("copies_queued", s.copies_queued);
-  o.field("copies_in_flight", c.staging_now);
+  o.field("copies_in_flight", c.copies_in_flight);
   o.field("copy_limit", s.copy_limit);
   o.field("files_staged", c.files_staged);
   o.field("bytes_staged", c.bytes_staged);
-  o.field("copies_aborted", c.staging_aborted);
+  o.field("copies_aborted", c.copies_aborted);
   o.field("copies_dropped", s.copies_dropped);
   o.field("evictions", c.evictions);
   o.field("dropped_stale", c.dropped_stale);

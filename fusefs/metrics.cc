@@ -156,14 +156,14 @@ void cache_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.one("epochfs_cache_capacity_bytes", "gauge", "The cache's capacity (+Inf: no limit).",
         c.capacity_bytes == UINT64_MAX ? INFINITY : d(c.capacity_bytes));
   e.one("epochfs_cache_used_bytes", "gauge", "Bytes the cache charges now.", d(c.used_bytes));
-  e.one("epochfs_cache_files", "gauge", "Copies ready in the cache.", d(c.files_ready));
+  e.one("epochfs_cache_files", "gauge", "Copies ready in the cache.", d(c.files_cached));
   e.one("epochfs_copies_queued", "gauge", "Copies queued or running.", d(s.copies_queued));
-  e.one("epochfs_copies_in_flight", "gauge", "Copies running.", d(c.staging_now));
+  e.one("epochfs_copies_in_flight", "gauge", "Copies running.", d(c.copies_in_flight));
   e.one("epochfs_copy_limit", "gauge", "Prefetch copies allowed in flight now.", d(s.copy_limit));
   e.one("epochfs_staged_files_total", "counter", "Copies completed.", d(c.files_staged));
   e.one("epochfs_staged_bytes_total", "counter", "Bytes copied into the cache.", d(c.bytes_staged));
   e.one("epochfs_copies_aborted_total", "counter",
-        "Copies abandoned (the source changed or failed).", d(c.staging_aborted));
+        "Copies abandoned (the source changed or failed).", d(c.copies_aborted));
   e.one("epochfs_copies_dropped_total", "counter", "Copies not started (queue full).",
         d(s.copies_dropped));
   e.one("epochfs_evictions_total", "counter", "Copies evicted for room.", d(c.evictions));

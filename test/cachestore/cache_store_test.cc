@@ -247,7 +247,7 @@ TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
   CHECK(s->size() == size);
   CHECK(s->fd() >= 0);
   // The capacity is reserved before the first byte is copied.
-  CHECK(store->stats().staging_now == 1);
+  CHECK(store->stats().copies_in_flight == 1);
   CHECK(store->stats().used_bytes == round_to_blocks(size, block));
 
   bool fault = true;
@@ -263,9 +263,9 @@ TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
   const CacheStats st = store->stats();
   CHECK(st.files_staged == 1);
   CHECK(st.bytes_staged == size);
-  CHECK(st.files_ready == 1);
-  CHECK(st.staging_now == 0);
-  CHECK(st.staging_aborted == 0);
+  CHECK(st.files_cached == 1);
+  CHECK(st.copies_in_flight == 0);
+  CHECK(st.copies_aborted == 0);
   CHECK(st.used_bytes == round_to_blocks(size, block));
 
   auto fd = store->open_copy(7, src.version);
@@ -294,7 +294,7 @@ TEST_CASE("CacheStore stages each file once at a time", "[cache_store]") {
   REQUIRE(first.has_value());
   // Already staging: refused, and not charged twice.
   CHECK_FALSE(store->begin_staging(1, src.rel, src.content.size()).has_value());
-  CHECK(store->stats().staging_now == 1);
+  CHECK(store->stats().copies_in_flight == 1);
   CHECK(store->stats().used_bytes == round_to_blocks(5000, block));
   // Another id is independent.
   auto other = store->begin_staging(2, "x/two.bin", 10);
@@ -327,7 +327,7 @@ TEST_CASE("CacheStore drops a copy of another version", "[cache_store]") {
   CHECK_FALSE(store->open_copy(5, new_src.version).has_value());
   CacheStats st = store->stats();
   CHECK(st.dropped_stale == 1);
-  CHECK(st.files_ready == 0);
+  CHECK(st.files_cached == 0);
   CHECK(st.used_bytes == 0);
   CHECK_FALSE(fs::exists(object_path(*store, old_src.rel)));
   // The old version is gone too.
@@ -387,7 +387,7 @@ TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_sto
   CacheStats st = store->stats();
   CHECK(st.evictions == 1);
   CHECK(st.used_bytes == 4 * block);
-  CHECK(st.files_ready == 4);
+  CHECK(st.files_cached == 4);
   CHECK_FALSE(present(2));
   CHECK_FALSE(store->open_copy(2, src[2].version).has_value());
   CHECK((present(1) && present(3) && present(4) && present(5)));
@@ -414,7 +414,7 @@ TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_sto
     CHECK(st.skipped_no_room == 1);
     CHECK(st.evictions == 2);
     CHECK(st.used_bytes == 4 * block);
-    CHECK(st.staging_now == 0);
+    CHECK(st.copies_in_flight == 0);
     CHECK((present(1) && present(3) && present(5) && present(6)));
     CHECK(read_all(fd3->get()) == src[3].content);
 
@@ -440,7 +440,7 @@ TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_sto
     REQUIRE(stage(*store, 9, whole));
     st = store->stats();
     CHECK(st.evictions == 5);
-    CHECK(st.files_ready == 1);
+    CHECK(st.files_cached == 1);
     CHECK(st.used_bytes == 4 * block);
     CHECK(files_in(*store).size() == 1);
     CHECK(cached_content(*store, 9, whole.version) == whole.content);
@@ -525,9 +525,9 @@ TEST_CASE("CacheStore never exceeds its capacity under concurrent staging", "[ca
   CHECK(hits > 0);
   const CacheStats st = store->stats();
   CHECK(st.evictions > 0);  // the capacity was actually contended
-  CHECK(st.staging_now == 0);
+  CHECK(st.copies_in_flight == 0);
   CHECK(st.files_staged == static_cast<uint64_t>(commits.load()));
-  CHECK(st.staging_aborted == static_cast<uint64_t>(aborts.load()));
+  CHECK(st.copies_aborted == static_cast<uint64_t>(aborts.load()));
   CHECK(st.used_bytes <= capacity);
 
   // What is on disk is within the capacity and is exactly what is charged.
@@ -540,7 +540,7 @@ TEST_CASE("CacheStore never exceeds its capacity under concurrent staging", "[ca
   }
   CHECK(on_disk <= capacity);
   CHECK(on_disk == st.used_bytes);
-  CHECK(files.size() == st.files_ready);
+  CHECK(files.size() == st.files_cached);
   CHECK(temp_files == 0);
   // And every copy left is served correctly.
   int served = 0;
@@ -571,7 +571,7 @@ TEST_CASE("CacheStore keeps a dropped copy readable until it is unpinned", "[cac
   CHECK_FALSE(fs::exists(object_path(*store, src.rel)));
   CHECK(files_in(*store).empty());
   CHECK(store->stats().used_bytes == 0);
-  CHECK(store->stats().files_ready == 0);
+  CHECK(store->stats().files_cached == 0);
   // The reader's fd still reads the right bytes from the unlinked inode.
   CHECK(read_all(fd->get()) == src.content);
   // A fresh copy can be staged now.
@@ -596,7 +596,7 @@ TEST_CASE("CacheStore detects a copy deleted or truncated underneath", "[cache_s
   CHECK(st.dropped_damaged == 1);
   CHECK(st.dropped_stale == 0);
   CHECK(st.used_bytes == 0);
-  CHECK(st.files_ready == 0);
+  CHECK(st.files_cached == 0);
   CHECK_FALSE(fs::exists(obj));
   // Still a miss, not counted twice.
   CHECK_FALSE(store->open_copy(1, src.version).has_value());
@@ -628,7 +628,7 @@ TEST_CASE("CacheStore makes its directory again when it is deleted underneath", 
   store->unpin(1);
   const CacheStats st = store->stats();
   CHECK(st.dropped_damaged == 2);
-  CHECK(st.files_ready == 1);
+  CHECK(st.files_cached == 1);
   CHECK(st.used_bytes == round_to_blocks(c.content.size(), block_size_of(t.cache())));
   // Both lost files can be staged again.
   REQUIRE(stage(*store, 1, a));
@@ -653,7 +653,7 @@ TEST_CASE("a copy whose directory is deleted before its rename is no disk fault"
   CHECK(store->commit(std::move(*s), a.version, hash.value()).error_code() == ENOENT);
   const CacheStats st = store->stats();
   CHECK(st.errors_io == 0);
-  CHECK(st.staging_aborted == 1);
+  CHECK(st.copies_aborted == 1);
   // The directory is back at once, and the next copy is made there.
   CHECK(fs::is_regular_file(fs::path(store->path()) / "lock"));
   REQUIRE(stage(*store, 2, b));
@@ -692,7 +692,7 @@ TEST_CASE("CacheStore keeps a copy it cannot open for want of descriptors", "[ca
   }
   // The copy is the daemon's to serve again once descriptors are free: not counted damaged.
   CHECK(store->stats().dropped_damaged == 0);
-  CHECK(store->stats().files_ready == 1);
+  CHECK(store->stats().files_cached == 1);
   CHECK(cached_content(*store, 1, src.version) == src.content);
 }
 
@@ -730,9 +730,9 @@ TEST_CASE("CacheStore abort removes the temporary file and frees the charge", "[
   CHECK(files_in(*store).empty());  // only the lock file and fan-out directories remain
   const CacheStats st = store->stats();
   CHECK(st.used_bytes == 0);
-  CHECK(st.staging_now == 0);
-  CHECK(st.staging_aborted == 1);
-  CHECK(st.files_ready == 0);
+  CHECK(st.copies_in_flight == 0);
+  CHECK(st.copies_aborted == 1);
+  CHECK(st.files_cached == 0);
   CHECK(st.errors_no_space + st.errors_io == 0);
   CHECK_FALSE(store->open_copy(1, src.version).has_value());
   // An abort without a cache fault does not suspend staging.
@@ -768,7 +768,7 @@ TEST_CASE("CacheStore tells a failing source from a failing cache disk", "[cache
   store->abort(std::move(*s), 0);
 
   const CacheStats st = store->stats();
-  CHECK(st.staging_aborted == 2);
+  CHECK(st.copies_aborted == 2);
   CHECK(st.errors_no_space + st.errors_io == 0);
   CHECK(st.used_bytes == 0);
   CHECK(files_in(*store).empty());
@@ -819,7 +819,7 @@ TEST_CASE("CacheStore suspends staging when the cache disk is full", "[cache_sto
   CacheStats st = store->stats();
   CHECK(st.errors_no_space == 1);
   CHECK(st.errors_io == 0);
-  CHECK(st.staging_aborted == 1);
+  CHECK(st.copies_aborted == 1);
   CHECK(st.used_bytes == 2 * round_to_blocks(8192, block));
   CHECK(files_in(*store).size() == 2);  // the temporary file is gone
 
@@ -828,7 +828,7 @@ TEST_CASE("CacheStore suspends staging when the cache disk is full", "[cache_sto
   st = store->stats();
   CHECK(st.skipped_suspended == 1);
   CHECK(st.skipped_no_room == 0);
-  CHECK(st.staging_now == 0);
+  CHECK(st.copies_in_flight == 0);
   CHECK(cached_content(*store, 0, src[0].version) == src[0].content);
   CHECK(cached_content(*store, 1, src[1].version) == src[1].content);
   store.reset();  // before the unmount
