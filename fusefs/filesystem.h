@@ -6,8 +6,10 @@
 //
 // Every operation that would modify the tree answers EROFS from one place: kReadOnlyError.
 //
-// Thread-safety: all methods may be called concurrently from FUSE worker threads. State that
-// changes lives in the InodeTable, which has its own lock.
+// Thread-safety: all methods may be called concurrently from FUSE worker threads. The state
+// that changes (the inode table, the open files and directories, the listings kept, the control
+// files' snapshots, a verify under way) is in the members under "Mutable state", each locked
+// inside or under its own mutex: leaf locks, never held together.
 #pragma once
 
 #include <sys/stat.h>
@@ -117,11 +119,12 @@ class Filesystem {
   Filesystem& operator=(const Filesystem&) = delete;
 
   // Starts background threads (staging). Call after any fork, before serving.
+  void start() { engine_.start(); }
+
   // The daemon's figures in Prometheus's text format (fusefs/metrics.h).
   std::string metrics() const;
+  // The verifies run so far, for the stats and the metrics.
   VerifyFigures verify_figures() const;
-
-  void start() { engine_.start(); }
 
   // After the session: see Engine::unmounted.
   void unmounted() { engine_.unmounted(); }
@@ -250,12 +253,6 @@ class Filesystem {
   std::atomic<bool> closes_unseen_{false};
   std::atomic<bool> warned_closes_unseen_{false};
 
-  // Dependencies.
-  const cachestore::RootDir source_;
-  prefetch::Engine engine_;
-  // Constant data.
-  const FilesystemOptions options_;
-  const std::optional<uint64_t> local_source_dev_;  // see source_is_local
   cachestore::Result<OpenResult> open_control(InodeId id, int flags, std::optional<uid_t> opener);
   // The content of control file id (stats, metrics, verify) now.
   // viewer: the user it is made for (control_dir.h, as_seen_by); none: everything.
@@ -295,6 +292,13 @@ class Filesystem {
   Entry control_entry(InodeId id, std::optional<uid_t> viewer);
   // Snapshot id with its content, made now (outside snapshots_mu_) if it has none yet.
   SnapshotView snapshot(InodeId id) EXCLUDES(snapshots_mu_);
+
+  // Dependencies.
+  const cachestore::RootDir source_;
+  prefetch::Engine engine_;
+  // Constant data.
+  const FilesystemOptions options_;
+  const std::optional<uint64_t> local_source_dev_;  // see source_is_local
 
   // Mutable state (each locked inside; leaf locks, never held together).
   InodeTable inodes_;
