@@ -148,6 +148,18 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.close();
 }
 
+// The kernel's requests by kind, and all of them per open of a file.
+void request_fields(std::ostringstream& out, const RequestFigures& requests, uint64_t opens) {
+  JsonObject o(out, 2);
+  uint64_t total = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    o.field(kRequestNames[i], requests[i]);
+    total += requests[i];
+  }
+  o.field("per_open", opens == 0 ? 0.0 : static_cast<double>(total) / static_cast<double>(opens));
+  o.close();
+}
+
 void epoch_fields(std::ostringstream& out, int indent, const prefetch::EpochRecord& r) {
   JsonObject o(out, indent);
   o.field("epoch", r.epoch);
@@ -288,7 +300,8 @@ void data_path_fields(std::ostringstream& out, bool implicit_opens) {
 }
 
 std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid,
-                       uint64_t inodes, bool implicit_opens, const VerifyFigures& verify) {
+                       uint64_t inodes, bool implicit_opens, const VerifyFigures& verify,
+                       const RequestFigures& requests) {
   std::ostringstream out;
   JsonObject o(out, 0);
   o.field("format", uint64_t{1});
@@ -312,6 +325,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("waits_abandoned", s.waits_abandoned);
   o.field("verify_runs", verify.runs);
   o.field("verify_opens_shared", verify.shared);
+  request_fields(o.start("requests"), requests, s.opens);
   source_fields(o.start("source_health"), s.source);
   data_path_fields(o.start("data_path"), implicit_opens);
   cache_fields(o.start("cache"), s);
@@ -322,11 +336,11 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
 }
 
 std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount,
-                             const VerifyFigures& verify) {
+                             const VerifyFigures& verify, const RequestFigures& requests) {
   return metrics_text(stats,
                       DataPathFigures{passthrough::active(), passthrough::opens(),
                                       passthrough::source_opens(), passthrough::backing_files()},
-                      mount, verify);
+                      mount, verify, requests);
 }
 
 }  // namespace epochfs::fusefs

@@ -67,16 +67,17 @@ prefetch::EngineStats as_seen_by(prefetch::EngineStats stats, uid_t viewer);
 // The JSON document served as .epochfs/verify.
 std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabled);
 
-// How .epochfs/verify has been used (Filesystem::verify_document).
 // The JSON document served as .epochfs/stats.
 // implicit_opens: the mount runs with --data-path no-open.
 // inodes: the entries the kernel holds references to now.
+// verify: how .epochfs/verify has been used (Filesystem::verify_document).
+// requests: the kernel's requests answered, by kind.
 std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid,
                        uint64_t inodes, bool implicit_opens = false,
-                       const VerifyFigures& verify = {});
+                       const VerifyFigures& verify = {}, const RequestFigures& requests = {});
 
 // The Prometheus text served as .epochfs/metrics and written to --metrics-file.
 std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount,
-                             const VerifyFigures& verify);
+                             const VerifyFigures& verify, const RequestFigures& requests);
 
 }  // namespace epochfs::fusefs

@@ -33,6 +33,7 @@
 #include "fusefs/implicit_opens.h"
 #include "fusefs/inode_table.h"
 #include "fusefs/metrics.h"
+#include "fusefs/request_counts.h"
 #include "prefetch/engine.h"
 
 namespace epochfs::fusefs {
@@ -125,6 +126,9 @@ class Filesystem {
   std::string metrics() const;
   // The verifies run so far, for the stats and the metrics.
   VerifyFigures verify_figures() const;
+
+  // The kernel's requests answered, by kind (the FUSE adapter counts them).
+  RequestCounts& requests() { return requests_; }
 
   // After the session: see Engine::unmounted.
   void unmounted() { engine_.unmounted(); }
@@ -316,6 +320,7 @@ class Filesystem {
   std::shared_ptr<VerifyRun> verify_run_ GUARDED_BY(verify_mu_);  // null: none running
   std::atomic<uint64_t> verify_runs_{0};                          // verifies run
   std::atomic<uint64_t> verify_shared_{0};  // opens of verify that shared a run under way
+  RequestCounts requests_;
   // Last: its opens are released (into files_ and the engine) before anything else goes.
   ImplicitOpens implicit_{*this, options_.implicit_opens_kept};
 };

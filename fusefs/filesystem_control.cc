@@ -45,10 +45,10 @@ std::string Filesystem::control_content(InodeId id, std::optional<uid_t> viewer)
       stats = as_seen_by(std::move(stats), *viewer);
     }
     if (id == kMetricsFileId) {
-      return metrics_document(stats, options_.labels, verify_figures());
+      return metrics_document(stats, options_.labels, verify_figures(), requests_.figures());
     }
     return stats_json(stats, source_.path(), ::getpid(), inodes_.size(), options_.implicit_opens,
-                      verify_figures());
+                      verify_figures(), requests_.figures());
   }
   return verify_document();
 }
@@ -207,7 +207,7 @@ std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t si
 }
 
 std::string Filesystem::metrics() const {
-  return metrics_document(engine_.stats(), options_.labels, verify_figures());
+  return metrics_document(engine_.stats(), options_.labels, verify_figures(), requests_.figures());
 }
 
 VerifyFigures Filesystem::verify_figures() const {

@@ -286,7 +286,7 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
 // Wraps an operation that replies: no exception may cross into libfuse's C code, and an
 // allocation failure becomes ENOMEM for that request (every op replies only after its last
 // allocation, so a throw always happens before the reply).
-template <auto Op>
+template <auto Op, Request kind = Request::kOther>
 struct Guarded;
 
 // The kernel interrupts a request whose reader got a signal (killed, most often): a worker
@@ -301,9 +301,10 @@ void on_interrupt(fuse_req_t req, void* data) {
 // Each worker's: it outlives every request the worker serves, so a late interrupt finds it.
 thread_local prefetch::Cancel t_cancel;
 
-template <typename... Args, void (*Op)(fuse_req_t, Args...)>
-struct Guarded<Op> {
+template <typename... Args, void (*Op)(fuse_req_t, Args...), Request kind>
+struct Guarded<Op, kind> {
   static void call(fuse_req_t req, Args... args) {
+    fs_of(req).requests().count(kind);
     t_cancel.begin(req);
     prefetch::Cancel::Scope scope(&t_cancel);
     fuse_req_interrupt_func(req, on_interrupt, &t_cancel);
@@ -322,18 +323,18 @@ fuse_lowlevel_ops make_operations() {
   fuse_lowlevel_ops ops;
   memset(&ops, 0, sizeof(ops));
   ops.init = op_init;
-  ops.lookup = Guarded<op_lookup>::call;
+  ops.lookup = Guarded<op_lookup, Request::kLookup>::call;
   ops.forget = op_forget;
   ops.forget_multi = op_forget_multi;
-  ops.getattr = Guarded<op_getattr>::call;
+  ops.getattr = Guarded<op_getattr, Request::kGetattr>::call;
   ops.readlink = Guarded<op_readlink>::call;
   ops.opendir = Guarded<op_opendir>::call;
   ops.readdir = Guarded<op_readdir>::call;
   ops.readdirplus = Guarded<op_readdirplus>::call;
   ops.releasedir = Guarded<op_releasedir>::call;
-  ops.open = Guarded<op_open>::call;
-  ops.read = Guarded<op_read>::call;
-  ops.release = Guarded<op_release>::call;
+  ops.open = Guarded<op_open, Request::kOpen>::call;
+  ops.read = Guarded<op_read, Request::kRead>::call;
+  ops.release = Guarded<op_release, Request::kRelease>::call;
   ops.statfs = Guarded<op_statfs>::call;
   ops.getxattr = Guarded<op_getxattr>::call;
   ops.listxattr = Guarded<op_listxattr>::call;
@@ -361,7 +362,7 @@ fuse_lowlevel_ops make_operations() {
   // Filesystem answers EROFS everywhere else.
   ops.write = Guarded<op_write>::call;
   ops.create = Guarded<op_create>::call;
-  ops.flush = Guarded<op_flush>::call;
+  ops.flush = Guarded<op_flush, Request::kFlush>::call;
   ops.fsync = Guarded<op_fsync>::call;
   ops.setxattr = [](fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
     reply_read_only(req);

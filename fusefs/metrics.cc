@@ -252,7 +252,8 @@ void stream_metrics(Exposition& e, const prefetch::EngineStats& s) {
 }  // namespace
 
 std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path,
-                         const MountLabels& mount, const VerifyFigures& verify) {
+                         const MountLabels& mount, const VerifyFigures& verify,
+                         const RequestFigures& requests) {
   Exposition e(mount);
   e.family("epochfs_build_info", "gauge", "The daemon's version; always 1.");
   e.sample(1, "version=\"" EPOCHFS_VERSION "\"");
@@ -260,6 +261,10 @@ std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigur
   source_metrics(e, stats.source);
   cache_metrics(e, stats);
   planner_metrics(e, stats);
+  e.family("epochfs_requests_total", "counter", "The kernel's requests answered, by kind.");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    e.sample(d(requests[i]), std::string("kind=\"") + kRequestNames[i] + "\"");
+  }
   e.one("epochfs_verify_runs_total", "counter", "Verifies of the cache run.", d(verify.runs));
   e.one("epochfs_verify_opens_shared_total", "counter",
         "Opens of .epochfs/verify that shared a verify under way.", d(verify.shared));

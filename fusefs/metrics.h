@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cachestore/sync.h"
+#include "fusefs/request_counts.h"
 #include "prefetch/engine.h"
 
 namespace epochfs::fusefs {
@@ -41,7 +42,8 @@ struct MountLabels {
 };
 
 std::string metrics_text(const prefetch::EngineStats& stats, const DataPathFigures& data_path,
-                         const MountLabels& mount, const VerifyFigures& verify = {});
+                         const MountLabels& mount, const VerifyFigures& verify = {},
+                         const RequestFigures& requests = {});
 
 class MetricsFileWriter {
  public:

@@ -148,6 +148,35 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
   CHECK(after.at("epochfs_verify_opens_shared_total") == stat_of(mount, "verify_opens_shared"));
 }
 
+// An operator sees what an open costs in the kernel's requests: counted by kind as answered.
+TEST_CASE("the stats and the metrics count the kernel's requests by kind", "[mount][metrics]") {
+  TempDir dir;
+  write_files(dir / "src", 10, 50000);
+  Mount mount(dir / "src", dir / "mnt");
+  // Each stats document counts its own OPEN, not yet its RELEASE: between two of them, the
+  // 20 opens of files plus one of the stats file each.
+  auto before = tools::read_stats(mount.path());
+  REQUIRE(before.has_value());
+  read_all(mount, 10);
+  read_all(mount, 10);
+  auto after = tools::read_stats(mount.path());
+  REQUIRE(after.has_value());
+  const auto grew = [&](const std::string& key) {
+    return after->number(key).value_or(-1) - before->number(key).value_or(0);
+  };
+  CHECK(grew("requests.open") == 21);
+  CHECK(grew("requests.release") == 21);
+  CHECK(grew("opens") == 20);
+  CHECK(after->number("requests.lookup").value_or(0) >= 10);  // each name at least once
+  // An open costs at least its OPEN and RELEASE, and few more round trips.
+  CHECK(stat_of(mount, "requests.per_open") >= 2);
+  CHECK(stat_of(mount, "requests.per_open") < 8);
+  const auto m = parse_prometheus(read_file(mount / ".epochfs/metrics").value_or(""), mount.path(),
+                                  dir / "src");
+  REQUIRE(m.count("epochfs_requests_total{kind=\"open\"}") == 1);
+  CHECK(m.at("epochfs_requests_total{kind=\"open\"}") > after->number("requests.open"));
+}
+
 TEST_CASE("the metrics file is written at once and rewritten as the figures change",
           "[mount][metrics]") {
   TempDir dir;
