@@ -110,9 +110,12 @@ std::optional<bool> Engine::names_file(const std::string& rel_path, const Creden
   if (guard_.down()) {
     return std::nullopt;  // an outage is not a wrong path
   }
-  // Captured by value: a call the guard gives up on may still run after this returns.
+  // With an answer of our own (nullopt): an outage ends the call at once instead of holding
+  // the publish for --outage-wait; a hung source holds it for one --source-timeout, after
+  // which the source is down and nothing more is looked up. Captured by value: a call the
+  // guard gives up on may still run after this returns.
   auto found = guard_.call<bool>(
-      rel_path, false, [root = &source_, rel_path, creds]() -> cachestore::Result<bool> {
+      rel_path, true, [root = &source_, rel_path, creds]() -> cachestore::Result<bool> {
         auto st = root->stat_at(rel_path);
         Status readable = !st.is_ok()                    ? st.status()
                           : !S_ISREG(st.value().st_mode) ? Status::error(EISDIR, rel_path)

@@ -364,6 +364,11 @@ TEST_CASE("staging pauses while the source is down and catches up when it return
     order += name(i) + "\n";
   }
   REQUIRE(publish(mount, order) == 0);
+  // Its entries' look-up in the source (what the order matched) ended at the outage: the
+  // publish waited for nothing (it waited --outage-wait, 120 s, when it did).
+  CHECK(stat_of(mount, "source_health.outage_waits") == 0);
+  CHECK(stat_of(mount, "source_health.outage_failures") == 0);
+  CHECK(stat_of(mount, "prefetch.last_publish.looked_up") == 0);
   for (int i = 0; i < 100 && !source_down(mount); ++i) {
     std::this_thread::sleep_for(milliseconds(50));
   }
