@@ -14,15 +14,19 @@
 // (kRateWeight) against their noise; the base time is the lowest mean copy time; the limit is
 // kGain times their product. The gain is the headroom that lets a higher rate show: where
 // more copies end sooner (a fast link, a slow open), each round's rate is the limit over the
-// base, and the limit grows kGain-fold a round until the link (or the server, or this node's
+// base, and the limit grows up to kGain-fold a round until the link (or the server, or this node's
 // cores) holds the rate; there it stays at kGain times what fills the link. Rounds with idle
 // slots (the planner had nothing more to stage) say nothing about the rate.
 //
 // With the gain's headroom in flight, copies queue behind each other and take longer than the
 // base, so the base cannot be learned again from those rounds. Every kWindowNs the limit drops
-// to kProbeShare of the product for two rounds (one to drain, one to measure; below the
-// product, so that no copy queues) and the second round's mean becomes the base: a source that
-// got slower or faster is learned again.
+// to kProbeShare of the product (below it, so that no copy queues) until a round's worth of
+// copies started after the drop have ended, and their mean becomes the base: a source that got
+// slower or faster is learned again. The copies started before the drop are left out: they
+// were queued behind the headroom, and counting them would ratchet the base, and the limit,
+// up at every probe. A round whose copies took over kStale bases (more than the headroom's
+// queue explains: the source got slower) starts a probe at once; a stale base would shrink the
+// limit round after round until the next.
 //
 // Measured: docs/benchmarks.md, "The order published as the epoch starts".
 //
@@ -44,6 +48,8 @@ class CopyConcurrency {
   static constexpr double kRateWeight = 0.5;
   static constexpr int64_t kWindowNs = 5'000'000'000;
   static constexpr double kProbeShare = 0.5;
+  static constexpr int64_t kProbeMaxNs = 1'000'000'000;
+  static constexpr double kStale = 3;
 
   // max: the copy threads (more in flight would only queue).
   explicit CopyConcurrency(unsigned max);
@@ -71,11 +77,15 @@ class CopyConcurrency {
   double rate_ GUARDED_BY(mu_) = 0;     // copies per second, averaged; 0: none yet
   double base_ns_ GUARDED_BY(mu_) = 0;  // mean copy time, lowest; 0: none yet
   int64_t base_at_ns_ GUARDED_BY(mu_) = 0;
-  unsigned probe_rounds_ GUARDED_BY(mu_) = 0;  // left of a base measurement: 2 drain, 1 measure
+  // A probe of the base under way since then (0: none), and its copies so far.
+  int64_t probe_since_ns_ GUARDED_BY(mu_) = 0;
+  double probe_sum_ns_ GUARDED_BY(mu_) = 0;
+  unsigned probe_copies_ GUARDED_BY(mu_) = 0;
 
   void end_round(int64_t now_ns) REQUIRES(mu_);
   void learn(double mean_ns, double rate, int64_t now_ns) REQUIRES(mu_);
-  unsigned next_limit(unsigned limit, int64_t now_ns) REQUIRES(mu_);
+  void learn_probe(int64_t now_ns) REQUIRES(mu_);
+  unsigned next_limit(unsigned limit, double mean_ns, int64_t now_ns) REQUIRES(mu_);
   unsigned clamped(double limit) const;
 };
 
