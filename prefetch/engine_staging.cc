@@ -59,7 +59,10 @@ bool Engine::prefetch(FileId id, size_t stream) {
     if (!flights_.start_prefetch(id, gen)) {
       return;  // a reader took the copy over while it was queued
     }
-    OnExit ended([&] { flights_.end(id); });  // a throw must not leave the flight (and slot)
+    OnExit ended([&] {  // a throw must not leave the flight (and slot)
+      flights_.end(id);
+      planner_->slot_freed();
+    });
     prefetch_copy(id, stream, path);
   };
   bool queued = false;

@@ -258,6 +258,12 @@ void Planner::copy_finished(int64_t latency_ns, uint64_t bytes) {
   wake_.notify_one();
 }
 
+void Planner::slot_freed() {
+  MutexLock lock(mu_);
+  dirty_ = true;
+  wake_.notify_one();
+}
+
 void Planner::replan() {
   MutexLock lock(mu_);
   schedule_.replan();

@@ -188,6 +188,9 @@ class Planner final : public cachestore::NextUseOracle {
   void count_copy_started(size_t stream);
   // A copy finished (prefetch or demand): feeds the latency and size estimates.
   void copy_finished(int64_t latency_ns, uint64_t bytes);
+  // A prefetch ended, copied or not (an entry rejected, an order replaced): its slot is free,
+  // so the next pass runs now rather than at the idle poll.
+  void slot_freed();
   // A scheduled file could not be staged because it is not a readable regular file.
   void reject_entry(size_t stream, const std::string& path, const std::string& why);
   // The rights stream's entries are staged with: its job's latest publisher's. None if the

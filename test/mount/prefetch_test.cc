@@ -699,6 +699,24 @@ TEST_CASE("entries naming no file are skipped and counted, the others followed",
   check_same(mount / name_of(0), dir / ("src/" + name_of(0)));
 }
 
+TEST_CASE("a window whose entries all name no file is tried in full without a reader",
+          "[mount][prefetch][input]") {
+  // A rejected entry ends its prefetch without a copy; its slot must start the next pass at
+  // once, not at the planner's idle poll. The copy limit starts below the window, so the window
+  // takes several passes, and staging counts as settled only when all of it was tried.
+  TempDir dir;
+  constexpr int kLookahead = 64;
+  make_files(dir / "src", 1, 4096);
+  Mount mount(dir / "src", dir / "mnt", {"--lookahead", std::to_string(kLookahead)});
+  std::string text;
+  for (int k = 0; k < 4 * kLookahead; ++k) {
+    text += "gone/" + std::to_string(k) + "\n";
+  }
+  REQUIRE(publish(mount, text) == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "prefetch.streams.default.rejected_entries") == kLookahead);
+}
+
 TEST_CASE("the --shuffle-file watcher publishes whole versions only", "[mount][prefetch]") {
   // docs/reliability.md I12 on a local directory, where inotify sees every close and rename.
   TempDir dir;
