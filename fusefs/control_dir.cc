@@ -247,6 +247,7 @@ void prefetch_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
     last.field("rejected", p.last_publish->rejects.total);
     last.field("looked_up", p.last_publish->sample.checked);
     last.field("found", p.last_publish->sample.found);
+    last.field("mostly_missing", p.last_publish->sample.mostly_missing());
     JsonObject examples(last.start("rejected_examples"), 6);
     for (size_t i = 0; i < p.last_publish->rejects.examples.size(); ++i) {
       examples.field(std::to_string(i + 1).c_str(), p.last_publish->rejects.examples[i]);

@@ -30,15 +30,10 @@ std::string override_header(const PublishOptions& o) {
   return header + "#line 1\n";  // the file's own line numbers in the reports
 }
 
-// The daemon looked up a few of the order's entries in the source (docs/stats.md,
-// prefetch.last_publish): true if fewer than half name a file the publisher can read.
+// The daemon looked up a few of the order's entries in the source and says whether most name
+// no file the publisher can read (docs/stats.md, prefetch.last_publish.mostly_missing).
 bool mostly_missing(const std::optional<StatsDoc>& stats) {
-  if (!stats) {
-    return false;
-  }
-  const auto looked_up = stats->number("prefetch.last_publish.looked_up");
-  const auto found = stats->number("prefetch.last_publish.found");
-  return looked_up && found && *looked_up > 0 && 2 * *found < *looked_up;
+  return stats && stats->is_true("prefetch.last_publish.mostly_missing");
 }
 
 int warn_missing(const std::string& mountpoint, const PublishOptions& o) {

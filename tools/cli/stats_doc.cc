@@ -42,6 +42,11 @@ std::optional<double> StatsDoc::number(const std::string& key) const {
   return v;
 }
 
+bool StatsDoc::is_true(const std::string& key) const {
+  auto it = values.find(key);
+  return it != values.end() && it->second == "true";
+}
+
 std::optional<StatsDoc> parse_stats(const std::string& json) {
   const auto value = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   StatsDoc doc;

@@ -14,6 +14,8 @@ struct StatsDoc {
 
   // The value at key as a number; nullopt if absent or not a number.
   std::optional<double> number(const std::string& key) const;
+  // True if the value at key is the boolean true.
+  bool is_true(const std::string& key) const;
 };
 
 // Parses the document; nullopt if it is not the shape the daemon writes.

@@ -62,23 +62,19 @@ class PublishError(OSError):
 
 
 class Published(collections.namedtuple(
-        "Published", "message stream epoch accepted rejected looked_up found")):
+        "Published", "message stream epoch accepted rejected looked_up found mostly_missing")):
     """What :func:`publish` published: the daemon's verdict (docs/stats.md,
     ``prefetch.last_publish``). ``looked_up`` of the order's entries (up to 16, spread over it)
     were looked up in the source as it was published, and ``found`` of them name a file the
-    publisher can read."""
+    publisher can read; ``mostly_missing`` says fewer than half did, so the paths are likely
+    relative to another directory than the mount's root."""
 
     __slots__ = ()
 
     @classmethod
     def of(cls, report):
-        return cls(*(report.get(f, "" if f == "message" else 0) for f in cls._fields))
-
-    @property
-    def mostly_missing(self):
-        """Fewer than half of the entries looked up were found: the paths are likely relative
-        to another directory than the mount's root."""
-        return self.looked_up > 0 and 2 * self.found < self.looked_up
+        defaults = {"message": "", "mostly_missing": False}
+        return cls(*(report.get(f, defaults.get(f, 0)) for f in cls._fields))
 
 
 def find_mount(path):
