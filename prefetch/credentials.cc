@@ -87,13 +87,10 @@ bool needs_check(const Credentials& creds) { return creds.uid != 0 && creds.uid 
 }  // namespace
 
 uint32_t Credentials::fingerprint() const {
-  XXH32_state_t* state = XXH32_createState();
-  XXH32_reset(state, 0);
-  XXH32_update(state, &uid, sizeof(uid));
-  XXH32_update(state, &gid, sizeof(gid));
-  XXH32_update(state, groups.data(), groups.size() * sizeof(gid_t));
-  const uint32_t hash = XXH32_digest(state);
-  XXH32_freeState(state);
+  // Asked per cached entry of every epoch: two one-shot hashes, no state to allocate.
+  const uint32_t ids[2] = {static_cast<uint32_t>(uid), static_cast<uint32_t>(gid)};
+  const uint32_t hash =
+      XXH32(groups.data(), groups.size() * sizeof(gid_t), XXH32(ids, sizeof(ids), 0));
   return hash == 0 ? 1 : hash;
 }
 
