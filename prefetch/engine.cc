@@ -99,9 +99,13 @@ std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publis
       kind, std::move(publisher), registry_, *planner_, charged ? &uploads_ : nullptr,
       options_.limits.entries_per_user, charged ? &paths_ : nullptr);
   if (cache_) {
-    upload->look_up_entries_with([this, creds = std::move(creds)](const std::string& rel) {
-      return names_file(rel, creds);
-    });
+    upload->look_up_entries_with(
+        [this, charged, creds = std::move(creds)](const std::string& rel) -> std::optional<bool> {
+          if (charged && !look_ups_.take(creds.uid, now_ns())) {
+            return std::nullopt;  // over the user's rate: not looked up, not counted
+          }
+          return names_file(rel, creds);
+        });
   }
   return upload;
 }

@@ -53,6 +53,7 @@
 #include "prefetch/source_guard.h"
 #include "prefetch/stager.h"
 #include "prefetch/stat_batches.h"
+#include "prefetch/user_rate.h"
 
 namespace epochfs::prefetch {
 
@@ -275,6 +276,8 @@ class Engine final : public PrefetchSink {
   SourceGuard guard_;                  // last: its threads may call into the planner (replan)
   UserLedger uploads_;                 // memory of uploads being written, by user
   UserLedger paths_;                   // memory of the paths users' orders registered
+  // Look-ups in the source as users publish (names_file): 64 at once, then 16 a second, each.
+  UserRate look_ups_{16, 64};
 
   // Counters. Relaxed: independent statistics, read as a snapshot.
   std::atomic<uint64_t> opens_{0};

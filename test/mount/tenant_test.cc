@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,14 +40,14 @@ constexpr uid_t kVictim = 65533;
 // this object goes (the child is then killed and reaped).
 class Held {
  public:
-  Held(uid_t uid, const std::function<int()>& fn) {
+  Held(uid_t uid, const std::function<int()>& fn, const std::vector<gid_t>& groups = {}) {
     REQUIRE(::pipe2(result_, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(hold_, O_CLOEXEC) == 0);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       ::close(hold_[1]);
-      if (!become_user(uid)) {
+      if (!become_user(uid, groups)) {
         _exit(255);
       }
       const char byte = static_cast<char>(fn());
@@ -316,6 +318,43 @@ TEST_CASE("an order is staged only with its publisher's rights", "[mount][tenant
   REQUIRE(again.result() == 0);
   wait_for_staging(mount);
   CHECK(stat_of(mount, "prefetch.streams.probe2.rejected_entries") == 2);
+}
+
+TEST_CASE("a user's publishes look entries up in the source at a bounded rate", "[mount][tenant]") {
+  // Each publish looks up to 16 of its entries up in the source on the publisher's behalf;
+  // one user publishing without pause gets 64 look-ups at once, then 16 a second, and the
+  // next user's publish is looked up in full.
+  constexpr int kPublishes = 12;
+  Node node(20);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  std::string order;
+  for (int i = 0; i < 20; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  const auto looked_up = [&] {
+    return stat_in(mount, "prefetch.last_publish.looked_up").value_or(1000);
+  };
+  const auto started = std::chrono::steady_clock::now();
+  Held flood(kAttacker, [&] {
+    double sum = 0;
+    for (int i = 0; i < kPublishes; ++i) {
+      if (const int err = write_order(mount, "#job flood\n#epoch 0\n" + order); err != 0) {
+        return 200 + err;
+      }
+      sum += looked_up();
+    }
+    return static_cast<int>(sum);
+  });
+  const int sum = flood.result();
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(sum << " look-ups in " << elapsed_s << " s");
+  CHECK(sum >= 64);
+  CHECK(sum <= 64 + 16 * elapsed_s + 1);
+  CHECK(run_as(kVictim, [&] {
+          return write_order(mount, "#job train\n" + order) == 0 ? static_cast<int>(looked_up())
+                                                                 : 254;
+        }) == 16);
 }
 
 }  // namespace
