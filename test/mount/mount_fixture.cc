@@ -297,8 +297,8 @@ bool opens_reach_daemon() {
 
 int run_as_nobody(const std::function<int()>& fn) { return run_as(kNobody, fn); }
 
-bool become_user(uid_t uid) {
-  return setgroups(0, nullptr) == 0 && setresgid(uid, uid, uid) == 0 &&
+bool become_user(uid_t uid, const std::vector<gid_t>& groups) {
+  return setgroups(groups.size(), groups.data()) == 0 && setresgid(uid, uid, uid) == 0 &&
          setresuid(uid, uid, uid) == 0;
 }
 

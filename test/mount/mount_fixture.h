@@ -232,8 +232,9 @@ int run_as_nobody(const std::function<int()>& fn);
 // The same as an ordinary user uid (its group: gid uid, no other groups): two such users are
 // two tenants of a shared mount.
 int run_as(uid_t uid, const std::function<int()>& fn);
-// Makes this process user uid as run_as does; false if it could not.
-bool become_user(uid_t uid);
+// Makes this process user uid as run_as does (group uid, no supplementary groups unless
+// given); false if it could not.
+bool become_user(uid_t uid, const std::vector<gid_t>& groups = {});
 inline constexpr uid_t kNobody = 65534;
 
 // False when the suite runs with --data-path no-open (EPOCHFS_TEST_DATA_PATH): the kernel then

@@ -320,6 +320,31 @@ TEST_CASE("an order is staged only with its publisher's rights", "[mount][tenant
   CHECK(stat_of(mount, "prefetch.streams.probe2.rejected_entries") == 2);
 }
 
+TEST_CASE("a right confirmed for a user in one group is not one for them in another",
+          "[mount][tenant][rights]") {
+  // The same user with and without the one group that may read a file (newgrp, sg): the
+  // daemon's memory of a confirmed right is keyed by user, group and supplementary groups.
+  constexpr gid_t kReaders = 65530;
+  Node node(1);
+  const std::string secret = node.dir / "src/secret";
+  std::ofstream(secret) << std::string(5000, 's');
+  REQUIRE(::chown(secret.c_str(), 0, kReaders) == 0);
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::group_read);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  Held member(kAttacker, [&] { return write_order(mount, "#stream member\nsecret\n"); },
+              {kReaders});
+  REQUIRE(member.result() == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_staged") == 1);
+  CHECK(stat_of(mount, "prefetch.streams.member.rejected_entries") == 0);
+  // Cached and confirmed for the member: the same user outside the group is checked anew.
+  Held outsider(kAttacker, [&] { return write_order(mount, "#stream outsider\nsecret\n"); });
+  REQUIRE(outsider.result() == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "prefetch.streams.outsider.rejected_entries") == 1);
+  CHECK(stat_of(mount, "cache.files_staged") == 1);
+}
+
 TEST_CASE("a user's publishes look entries up in the source at a bounded rate", "[mount][tenant]") {
   // Each publish looks up to 16 of its entries up in the source on the publisher's behalf;
   // one user publishing without pause gets 64 look-ups at once, then 16 a second, and the
