@@ -392,4 +392,37 @@ TEST_CASE("stats --watch redraws a live view on a terminal and prints lines else
   CHECK(count_of(plain.output, "stream default  epoch 0  50% (10/20)") == 2);
 }
 
+TEST_CASE("stats prints a summary a person reads, and every counter on request", "[mount][watch]") {
+  TempDir dir;
+  write_files(dir / "src", 20, 50000);
+  Mount mount(dir / "src", dir / "mnt");
+  auto quiet = run_epochfs({"stats", mount.path()});
+  INFO(quiet.output);
+  CHECK(quiet.exit_code == 0);
+  CHECK(quiet.output.find("no order published") != std::string::npos);
+  CHECK(quiet.output.find("no problems counted") != std::string::npos);
+
+  // An order with one entry naming no file, half of it read.
+  std::string order = "gone\n";
+  for (int i = 0; i < 20; ++i) {
+    order += "f" + std::to_string(i) + "\n";
+  }
+  { std::ofstream(dir / "order.txt") << order; }
+  REQUIRE(run_epochfs({"publish", mount.path(), dir / "order.txt"}).exit_code == 0);
+  read_all(mount, 10);
+  wait_for_staging(mount);
+  auto summary = run_epochfs({"stats", mount.path()});
+  INFO(summary.output);
+  CHECK(summary.exit_code == 0);
+  CHECK(summary.output.find("reads  10 opens:") != std::string::npos);
+  CHECK(summary.output.find("stream default  epoch 0  ") != std::string::npos);
+  CHECK(summary.output.find("1 entries of stream default name no file") != std::string::npos);
+  CHECK(summary.output.find("cache.files_cached") == std::string::npos);  // no raw keys
+
+  auto all = run_epochfs({"stats", mount.path(), "--all"});
+  CHECK(all.exit_code == 0);
+  CHECK(all.output.find("cache.files_cached") != std::string::npos);
+  CHECK(all.output.find("requests.per_open") != std::string::npos);
+}
+
 }  // namespace epochfs::test

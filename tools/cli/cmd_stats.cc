@@ -1,4 +1,5 @@
-// `epochfs stats`: the mount's statistics as a table, or the raw JSON document.
+// `epochfs stats`: a summary of the mount, every counter as a table, or the raw JSON document;
+// `epochfs verify`.
 #include <errno.h>
 #include <stdio.h>
 
@@ -10,6 +11,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
 #include "tools/cli/stats_doc.h"
+#include "tools/cli/stats_view.h"
 
 namespace epochfs::tools {
 namespace {
@@ -41,22 +43,9 @@ std::optional<std::pair<std::string, StatsDoc>> read_control(const std::string& 
   return std::make_pair(text.str(), std::move(*doc));
 }
 
-}  // namespace
-
-int cmd_stats(const std::string& path, bool json) {
-  const std::string mountpoint = absolute_path(path);
-  auto control = read_control(mountpoint, "stats");
-  if (!control) {
-    return 1;
-  }
-  if (json) {
-    fputs(control->first.c_str(), stdout);
-    return 0;
-  }
-  const StatsDoc* doc = &control->second;
-  printf("epochfs mount %s\n", mountpoint.c_str());
-  for (const auto& [key, value] : doc->values) {
-    auto number = doc->number(key);
+void print_all(const StatsDoc& doc) {
+  for (const auto& [key, value] : doc.values) {
+    auto number = doc.number(key);
     std::string shown = value;
     if (number && key.find("bytes") != std::string::npos) {
       shown = human_bytes(*number) + " (" + value + ")";
@@ -68,6 +57,49 @@ int cmd_stats(const std::string& path, bool json) {
       shown = "unlimited (free-space reserve only)";
     }
     printf("  %-28s %s\n", key.c_str(), shown.c_str());
+  }
+}
+
+void print_summary(const std::string& mountpoint, const StatsDoc& doc) {
+  printf("%s\n%s\n", cache_line(doc).c_str(), opens_line(doc).c_str());
+  if (auto health = source_line(doc)) {
+    printf("%s\n", health->c_str());
+  }
+  const auto ids = stream_ids(doc);
+  if (ids.empty()) {
+    printf("no order published: a read-through cache (LRU)\n");
+  }
+  for (const auto& id : ids) {
+    printf("%s\n", stream_line(doc, id, false).c_str());
+  }
+  const auto problems = problem_lines(doc);
+  printf("%s\n", problems.empty() ? "no problems counted" : "problems:");
+  for (const auto& line : problems) {
+    printf("  %s\n", line.c_str());
+  }
+  printf("every counter: epochfs stats --all %s (docs/stats.md); a live view: --watch\n",
+         mountpoint.c_str());
+}
+
+}  // namespace
+
+int cmd_stats(const std::string& path, bool json, bool all) {
+  const std::string mountpoint = absolute_path(path);
+  auto control = read_control(mountpoint, "stats");
+  if (!control) {
+    return 1;
+  }
+  if (json) {
+    fputs(control->first.c_str(), stdout);
+    return 0;
+  }
+  const StatsDoc& doc = control->second;
+  printf("epochfs mount %s (source %s)\n", mountpoint.c_str(),
+         doc.values.count("source") ? doc.values.at("source").c_str() : "?");
+  if (all) {
+    print_all(doc);
+  } else {
+    print_summary(mountpoint, doc);
   }
   return 0;
 }

@@ -17,7 +17,9 @@ int cmd_mount(fusefs::MountOptions options);
 // this returns.
 int cmd_unmount(const std::string& mountpoint, bool lazy);
 
-int cmd_stats(const std::string& mountpoint, bool json);
+// `epochfs stats`: a summary a person reads; with all, every counter as a table; with json,
+// the document as the daemon wrote it.
+int cmd_stats(const std::string& mountpoint, bool json, bool all);
 
 struct DoctorOptions {
   std::string path;  // a mount, or a source directory to be mounted; may be empty

@@ -40,6 +40,7 @@ Subcommand add_stats(CLI::App& app) {
   struct Args {
     std::string path;
     bool json = false;
+    bool all = false;
     bool watch = false;
     unsigned count = 0;
     double interval = 1;
@@ -48,6 +49,7 @@ Subcommand add_stats(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("stats", "Show a mount's statistics");
   cmd->add_option("mountpoint", a->path, "An epochfs mount")->required();
+  cmd->add_flag("--all", a->all, "Every counter, as a table (docs/stats.md says what each is)");
   cmd->add_flag("--json", a->json, "Print the raw JSON document");
   cmd->add_flag("--watch", a->watch, "A live view, refreshed every second");
   cmd->add_option("--count", a->count, "With --watch: stop after this many refreshes");
@@ -55,7 +57,7 @@ Subcommand add_stats(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0));
   return {cmd, [a] {
             return a->watch ? tools::cmd_watch(a->path, a->count, a->interval)
-                            : tools::cmd_stats(a->path, a->json);
+                            : tools::cmd_stats(a->path, a->json, a->all);
           }};
 }
 
