@@ -134,6 +134,9 @@ void release_handle(Filesystem& fs, fuse_ino_t ino, FileHandle* handle) {
 
 // What the kernel may read an open of a dataset file from itself (fusefs/passthrough.h).
 passthrough::Backing backing_for(const Filesystem& fs, const prefetch::OpenFile& file) {
+  if (file.blocks) {
+    return passthrough::Backing::kNone;  // each read picks its blocks' copies: the daemon's
+  }
   if (file.from_cache) {
     return passthrough::Backing::kCopy;
   }

@@ -147,6 +147,15 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
     fuse_reply_buf(req, chunk.data(), chunk.size());
     return;
   }
+  if (file.file.blocks) {
+    auto data = fs_of(req).read_blocks(file, size, off, fuse_req_ctx(req)->uid);
+    if (!data.is_ok()) {
+      reply_status(req, data.status());
+      return;
+    }
+    fuse_reply_buf(req, data.value().data(), data.value().size());
+    return;
+  }
   fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
   std::optional<cachestore::DiskWatch::Op> watch;
   // One load says both where to read and whether it is the copy: a worker that saw the copy

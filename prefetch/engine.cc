@@ -10,6 +10,7 @@
 #include "cachestore/fs_type.h"
 #include "cachestore/log.h"
 #include "cachestore/on_exit.h"
+#include "prefetch/blocks.h"
 
 namespace epochfs::prefetch {
 
@@ -292,6 +293,9 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
     return open_source(0, rel_path, true);
   }
   const FileId id = registry_.id_of(rel_path);
+  if (planner_->ranges_published() && registry_.find(file_marker_key(rel_path))) {
+    return open_block_file(id, rel_path);
+  }
   const auto stream = planner_->on_open(id, opener);
   const int stream_index = stream ? static_cast<int>(*stream) : -1;
   OpenOutcome outcome;
@@ -450,6 +454,8 @@ EngineStats Engine::stats() const {
   s.stall_ns = stall_ns_.load(kRelaxed);
   s.waits_abandoned = waits_abandoned_.load(kRelaxed);
   s.prefetches = prefetches_.load(kRelaxed);
+  s.block_hits = block_hits_.load(kRelaxed);
+  s.block_misses = block_misses_.load(kRelaxed);
   s.open_latency = open_latency_.snapshot();
   s.copy_latency = copy_latency_.snapshot();
   // Copies in flight, then queued, then the planner: a copy that ends between two of these

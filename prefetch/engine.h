@@ -93,6 +93,9 @@ struct OpenFile {
   FileId id = 0;
   bool from_cache = false;  // pinned in the cache until Engine::close_file
   int stream = -1;          // the stream whose order the open advanced, if any
+  // Named by a range order: fd is the source's, and reads go block by block
+  // (Engine::read_blocks).
+  bool blocks = false;
 };
 
 // Counters since the mount; a snapshot.
@@ -116,6 +119,8 @@ struct EngineStats {
   uint64_t stall_ns = 0;                    // time those opens waited
   uint64_t waits_abandoned = 0;             // of those, gave up on a copy that made no progress
   uint64_t prefetches = 0;                  // copies the planner started
+  uint64_t block_hits = 0;                  // reads of a block of a range order from its copy
+  uint64_t block_misses = 0;                // and from the source
   LatencyHistogram::Snapshot open_latency;  // of open_file, hits and misses
   LatencyHistogram::Snapshot copy_latency;  // of copies into the cache, from the source's open
   bool cache_enabled = false;
@@ -179,6 +184,14 @@ class Engine final : public PrefetchSink {
   // The reader is done with file.
   void close_file(const OpenFile& file);
 
+  // size bytes at off of file, a file read by blocks (OpenFile::blocks): each block from its
+  // cached copy, waiting for one in flight, else from the source (and then copied into the
+  // cache). A block read that is not the one last_block names counts as the use of that block
+  // in reader's streams; last_block is the handle's, set to it. Fewer bytes only at the end.
+  cachestore::Result<std::string> read_blocks(const OpenFile& file, size_t size, off_t off,
+                                              std::atomic<uint64_t>* last_block,
+                                              std::optional<uid_t> reader);
+
   // Reading file's cached copy failed (an I/O error, or the copy ended early): drops the copy
   // as damaged (call once per open), then source_instead_of_copy opens the source at the same
   // version for the rest of the reads: an error if the source changed meanwhile (its bytes
@@ -225,9 +238,23 @@ class Engine final : public PrefetchSink {
   // Copies file into the cache on the stager. REQUIRES: the caller owns file.id's flight.
   // True if the copy job took the flight over (it ends it); false if the caller still owns it.
   bool stage_in_background(const OpenFile& file, const std::string& rel_path);
+  // Copies fd, the source file at file_version, into id's cache object: whole, or only block
+  // (prefetch/blocks.h), whose key rel_path then is.
   void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
-             const cachestore::FileVersion& version);
+             const cachestore::FileVersion& file_version,
+             std::optional<uint64_t> block = std::nullopt);
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
+  // A file named by a range order, opened: from the source, read block by block.
+  cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
+  // len bytes at off of block (key) of file, which holds them all (read_blocks).
+  cachestore::Result<std::string> read_block(const OpenFile& file, const std::string& key,
+                                             uint64_t block, uint64_t off, size_t len,
+                                             std::atomic<uint64_t>* last_block,
+                                             std::optional<uid_t> reader);
+  // Copies block (id) of file into the cache on the stager, from a descriptor of its own.
+  // REQUIRES: the caller owns id's flight; true if the job took it over.
+  bool stage_block_in_background(const OpenFile& file, FileId id, const std::string& key,
+                                 uint64_t block);
   // An entry of stream's order names id, cached already: checked on the stager with its
   // publisher's rights, unless they were confirmed before (prefetch/rights_checked.h).
   void check_cached_entry(FileId id, size_t stream);
@@ -293,6 +320,8 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> stall_ns_{0};
   std::atomic<uint64_t> waits_abandoned_{0};
   std::atomic<uint64_t> prefetches_{0};
+  std::atomic<uint64_t> block_hits_{0};    // block reads served from a cached copy
+  std::atomic<uint64_t> block_misses_{0};  // and from the source
   LatencyHistogram open_latency_;
   LatencyHistogram copy_latency_;
 };

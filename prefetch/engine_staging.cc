@@ -9,6 +9,7 @@
 #include "cachestore/copy.h"
 #include "cachestore/log.h"
 #include "cachestore/on_exit.h"
+#include "prefetch/blocks.h"
 #include "prefetch/credentials.h"
 #include "prefetch/engine.h"
 
@@ -47,7 +48,7 @@ bool Engine::prefetch(FileId id, size_t stream) {
     return false;
   }
   if (cache_->contains(id)) {
-    stat_ahead(id);
+    stat_ahead(id);  // a block's key names no file: its stat finds none, and is dropped
     check_cached_entry(id, stream);
     return false;
   }
@@ -126,20 +127,31 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   if (planner_->next_use(id) == Planner::kNever) {
     return;  // its order was replaced while the copy waited in the queue
   }
+  // A block of a range order (prefetch/blocks.h) is a part of its file.
+  const auto block = parse_block_key(rel_path);
+  const std::string source_path = block ? std::string(block->path) : rel_path;
   auto reader = planner_->reader_of(stream);
-  if (!reader || !may_stage_for(id, stream, *reader, rel_path)) {
+  if (!reader || !may_stage_for(id, stream, *reader, source_path)) {
     return;  // the stream is gone, or its publisher may not read the file
   }
   const int64_t start = now_ns();
-  auto file = open_source(id, rel_path, false);
+  // The file itself was registered with its blocks (OrderUpload::add_range).
+  auto file = open_source(block ? registry_.id_of(source_path) : id, source_path, false);
   if (!file.is_ok()) {
     if (names_no_file(file.error_code())) {
-      planner_->reject_entry(stream, rel_path, file.status().to_string());
+      planner_->reject_entry(stream, source_path, file.status().to_string());
     }
     return;
   }
-  const auto size = static_cast<uint64_t>(file.value().version.size);
-  stage(id, rel_path, std::move(file.value().fd), file.value().version);
+  const FileVersion& version = file.value().version;
+  if (block && block_version(version, block->block).size == 0) {
+    planner_->reject_entry(stream, rel_path, "the range starts past the end of the file");
+    return;
+  }
+  const auto size =
+      static_cast<uint64_t>(block ? block_version(version, block->block).size : version.size);
+  stage(id, rel_path, std::move(file.value().fd), version,
+        block ? std::optional<uint64_t>(block->block) : std::nullopt);
   const int64_t end = now_ns();
   // Busy: at least 3/4 of the slots in flight (this copy's counts: it ends on the way out).
   // Copies that ended a moment ago leave their slots free until the planner's next pass.
@@ -154,7 +166,8 @@ void Engine::check_cached_entry(FileId id, size_t stream) {
     return;
   }
   auto job = [this, id, stream, reader = std::move(reader), path = registry_.path_of(id)] {
-    may_stage_for(id, stream, *reader, path);
+    const auto block = parse_block_key(path);
+    may_stage_for(id, stream, *reader, block ? std::string(block->path) : path);
   };
   try {
     // Not checked now if the queue is full: the next epoch's entry asks again.
@@ -196,7 +209,8 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
 }
 
 void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
-                   const FileVersion& version) {
+                   const FileVersion& file_version, std::optional<uint64_t> block) {
+  const FileVersion version = block ? block_version(file_version, *block) : file_version;
   auto staging = cache_->begin_staging(id, rel_path, static_cast<uint64_t>(version.size));
   if (!staging) {
     return;
@@ -205,13 +219,15 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
   // Progress only tells a waiter the copy is not stuck (--stuck-copy, seconds): noted at most
   // every kProgressEveryNs, a copy of a typical sample takes no lock for it at all.
   int64_t noted_ns = now_ns();
-  auto hash = cachestore::copy_into(fd.get(), *staging, &cache_fault, [&] {
+  const auto progress = [&] {
     const int64_t now = now_ns();
     if (now - noted_ns >= kProgressEveryNs) {
       noted_ns = now;
       flights_.note_progress(id);
     }
-  });
+  };
+  auto hash = cachestore::copy_into(fd.get(), *staging, &cache_fault, progress,
+                                    block ? *block * kBlockBytes : 0);
   if (!hash.is_ok()) {
     cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
                     hash.status().to_string().c_str());
@@ -223,7 +239,7 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
   }
   // A copy that raced a change of the source is discarded, never published.
   auto after = source_.stat_fd(fd.get(), rel_path);
-  if (!after.is_ok() || !(FileVersion::of(after.value()) == version)) {
+  if (!after.is_ok() || !(FileVersion::of(after.value()) == file_version)) {
     cache_->abort(std::move(*staging), 0);
     return;
   }

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "prefetch/blocks.h"
+
 namespace epochfs::prefetch {
 namespace {
 
@@ -257,9 +259,12 @@ void OrderParser::directive(std::string_view text) {
     duplicate = header_.form.has_value();
     const bool paths = value == "paths" || value == "path";
     const bool indices = value == "indices" || value == "index";
-    ok = paths || indices;
+    const bool ranges = value == "ranges" || value == "range";
+    ok = paths || indices || ranges;
     if (ok && !duplicate) {
-      header_.form = indices ? OrderForm::kIndices : OrderForm::kPaths;
+      header_.form = indices  ? OrderForm::kIndices
+                     : ranges ? OrderForm::kRanges
+                              : OrderForm::kPaths;
     }
   } else if (keyword == "epoch" || keyword == "count") {
     auto& field = keyword == "epoch" ? header_.epoch : header_.count;
@@ -305,6 +310,16 @@ void OrderParser::entry(std::string_view text) {
     return;
   }
   const char* why = "";
+  if (form() == OrderForm::kRanges) {
+    auto range = parse_range(text, &why);
+    auto path = range ? normalise_relative(range->path, &why) : std::nullopt;
+    if (!path) {
+      reject(why, text);
+      return;
+    }
+    sink_(format_range(range->offset, range->length, *path), line_no_);
+    return;
+  }
   auto path = normalise_relative(text, &why);
   if (!path) {
     reject(why, text);

@@ -9,8 +9,8 @@
 //     a directive (the first of each keyword wins, later ones are ignored);
 //   - `#end`: the end marker; lines after it are rejected;
 //   - any other line starting with `#`: a comment;
-//   - an entry: a relative path (form paths, the default) or a decimal index into the manifest
-//     (form indices).
+//   - an entry: a relative path (form paths, the default), a decimal index into the manifest
+//     (form indices), or a byte range "OFFSET LENGTH PATH" of a file (form ranges).
 // Entries are checked for what can be decided without the source: valid UTF-8, no NUL, not too
 // long, relative, no `..`, not inside the mount's control directory; paths are normalised (`./a//b`
 // becomes `a/b`). A bad entry is skipped and reported; the rest still count. finish() checks
@@ -38,10 +38,12 @@ inline constexpr char kControlDirName[] = ".epochfs";
 
 // The version of the shuffle-file format this parser reads, in the stats (`order_format`) so
 // that a writer can tell whether the daemon reads what it writes: 1, the first; 2 added
-// `#restart`. A daemon reads every earlier format too.
-inline constexpr uint64_t kOrderFormat = 2;
+// `#restart`; 3 added `#form ranges`. A daemon reads every earlier format too.
+inline constexpr uint64_t kOrderFormat = 3;
 
-enum class OrderForm : uint8_t { kPaths, kIndices };
+// paths: an entry is a relative path; indices: an index into the job's manifest; ranges: byte
+// ranges of files, "OFFSET LENGTH PATH" (prefetch/blocks.h).
+enum class OrderForm : uint8_t { kPaths, kIndices, kRanges };
 
 struct OrderHeader {
   std::optional<OrderForm> form;
@@ -76,8 +78,9 @@ inline constexpr size_t kMaxLineBytes = 4096;
 
 class OrderParser {
  public:
-  // Called for each accepted entry of form paths (a normalised relative path) or indices
-  // (the index, as a string of digits; see parse_index). line: 1-based line number.
+  // Called for each accepted entry of form paths (a normalised relative path), indices (the
+  // index, as a string of digits; see parse_index) or ranges (format_range of the range with
+  // its path normalised). line: 1-based line number.
   using EntrySink = std::function<void(std::string_view entry, uint64_t line)>;
 
   // default_form: the form when the header has no `#form` (manifests are always paths).

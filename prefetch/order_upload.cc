@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "prefetch/blocks.h"
+
 namespace epochfs::prefetch {
 
 OrderUpload::OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry, Planner& planner,
@@ -88,6 +90,10 @@ void OrderUpload::drop_held() {
 }
 
 void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
+  if (parser_.form() == OrderForm::kRanges) {
+    add_range(entry, line);
+    return;
+  }
   const bool paths = kind_ == Kind::kManifest || parser_.form() == OrderForm::kPaths;
   const std::optional<FileId> known = paths ? registry_.find(entry) : std::nullopt;
   // Index i of a manifest names the i-th entry line: a rejected line keeps its index.
@@ -117,6 +123,52 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   } else {
     entries_.push_back((*manifest_)[index]);
   }
+}
+
+void OrderUpload::add_range(std::string_view entry, uint64_t line) {
+  if (kind_ == Kind::kManifest) {
+    rejects_.add(line, "a manifest of ranges is not supported yet", entry);
+    return;
+  }
+  const char* why = "";
+  const auto range = parse_range(entry, &why);  // the parser wrote it: well-formed
+  if (!range) {
+    return;
+  }
+  if (!registered(file_marker_key(range->path)) || !registered(std::string(range->path))) {
+    return;  // over the path memory limit: the upload is broken
+  }
+  for (uint64_t b = range->first_block(); b <= range->last_block(); ++b) {
+    std::string key = block_key(range->path, b);
+    if (key == last_block_) {
+      continue;  // the next sample in the same block: one occurrence
+    }
+    auto id = registered(key);
+    if (!id || !make_room(entries_.size() + 1, 0)) {
+      return;
+    }
+    entries_.push_back(*id);
+    last_block_ = std::move(key);
+  }
+}
+
+std::optional<FileId> OrderUpload::registered(const std::string& key) {
+  if (auto known = registry_.find(key)) {
+    return known;
+  }
+  // Registered at once, not at the end as new paths are: a file's blocks recur all through a
+  // range order, and pending paths are not deduplicated. Charged as every new path is.
+  if (paths_ledger_ != nullptr) {
+    if (cachestore::Status charged =
+            paths_ledger_->charge(publisher_.uid, key.size() + FileRegistry::kBytesPerPath);
+        !charged.is_ok()) {
+      broken_ = charged.context();
+      over_limit_ = true;
+      drop_held();
+      return std::nullopt;
+    }
+  }
+  return registry_.id_of(key);
 }
 
 FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> known) {
@@ -218,7 +270,11 @@ EntrySample OrderUpload::look_up_sample() const {
   const size_t n = entries_.size();
   const size_t k = std::min(n, kSampled);
   for (size_t i = 0; i < k; ++i) {
-    const auto found = look_up_(registry_.path_of(entries_[i * n / k]));
+    std::string path = registry_.path_of(entries_[i * n / k]);
+    if (auto block = parse_block_key(path)) {
+      path = std::string(block->path);  // a range order's block: its file is looked up
+    }
+    const auto found = look_up_(path);
     if (found) {
       ++sample.checked;
       sample.found += *found ? 1 : 0;

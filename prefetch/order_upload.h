@@ -67,6 +67,12 @@ class OrderUpload {
 
  private:
   void add_entry(std::string_view entry, uint64_t line);
+  // An entry of a range order: its blocks (prefetch/blocks.h), a run of samples in one block
+  // counted once, and the file marked as read by blocks.
+  void add_range(std::string_view entry, uint64_t line);
+  // The id of key, registered now (and charged to the writer) if new; nullopt if the charge
+  // was refused, which breaks the upload.
+  std::optional<FileId> registered(const std::string& key);
   // known: path's id if the registry knows it (looked up once, by add_entry); else a pending
   // entry (kPending | its index).
   FileId id_or_pending(std::string_view path, std::optional<FileId> known);
@@ -97,6 +103,7 @@ class OrderUpload {
   std::string pending_paths_;                            // new paths, each ended by a NUL
   std::vector<uint32_t> pending_ends_;                   // the end of each in pending_paths_
   std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
+  std::string last_block_;                               // the last range entry's last block
   uint64_t next_offset_ = 0;
   std::optional<std::string> broken_;  // why the upload cannot publish
   bool over_limit_ = false;            // broken by a limit

@@ -183,6 +183,10 @@ class Planner final : public cachestore::NextUseOracle {
   // A reader (user opener, if known) opened id. The stream it advanced, if any: only a stream
   // of the opener's own jobs, or of the mount's (--shuffle-file).
   std::optional<size_t> on_open(FileId id, std::optional<uid_t> opener = std::nullopt);
+
+  // Whether a range order was ever published: until then no open looks for block files.
+  bool ranges_published() const { return ranges_published_.load(std::memory_order_acquire); }
+
   void count_open(size_t stream, const OpenOutcome& outcome);
   void count_source_bytes(size_t stream, uint64_t bytes);
   void count_copy_started(size_t stream);
@@ -255,6 +259,7 @@ class Planner final : public cachestore::NextUseOracle {
   double mean_file_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t copies_measured_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> ranges_published_{false};
   bool dirty_ GUARDED_BY(mu_) = false;    // something changed since the last planning pass
   bool passing_ GUARDED_BY(mu_) = false;  // a pass runs
 

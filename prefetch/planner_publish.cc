@@ -2,6 +2,7 @@
 // and user's limits, becomes a stream's epoch (a rerun of a job restarts its streams), and a
 // job's streams and manifests go when its processes exit or it stays idle too long.
 #include <algorithm>
+#include <unordered_map>
 
 #include "cachestore/log.h"
 #include "prefetch/planner.h"
@@ -22,12 +23,16 @@ constexpr int64_t kJobSweepNs = 1'000'000'000;
 // published 16 M times) would make each open of it, under the planner's lock, as slow as the
 // order is long. Occurrences of one file past Schedule::kMaxRepeats in one epoch are skipped
 // and reported as rejected entries; the trainer's opens of them are then unscheduled.
-void drop_repeats(std::vector<FileId>& entries, RejectReport& rejects) {
+size_t max_id(const std::vector<FileId>& entries) {
   FileId top = 0;
   for (FileId id : entries) {
     top = std::max(top, id);
   }
-  std::vector<uint8_t> seen(entries.empty() ? 0 : size_t{top} + 1, 0);
+  return entries.empty() ? 0 : size_t{top};
+}
+
+void drop_repeats(std::vector<FileId>& entries, RejectReport& rejects) {
+  std::vector<uint8_t> seen(max_id(entries) + 1, 0);
   uint64_t dropped = 0;
   size_t kept = 0;
   for (FileId id : entries) {
@@ -46,6 +51,29 @@ void drop_repeats(std::vector<FileId>& entries, RejectReport& rejects) {
                                  std::to_string(Schedule::kMaxRepeats) + " times in the epoch");
     }
   }
+}
+
+// A range order's block is named once per sample it holds: hundreds of times an epoch, by
+// design, not by mistake. Past Schedule::kMaxRepeats its occurrences are thinned evenly over
+// the epoch, without a report, so that its next use is known to within 1/16 of an epoch.
+void thin_repeats(std::vector<FileId>& entries) {
+  // Counted in a map: a range order names few distinct blocks (a file's size over 1 MiB), and
+  // a vector by id would cost 4 bytes per file the mount knows.
+  std::unordered_map<FileId, std::pair<uint64_t, uint64_t>> counts;  // total, seen
+  for (FileId id : entries) {
+    ++counts[id].first;
+  }
+  size_t kept = 0;
+  for (FileId id : entries) {
+    auto& [n, seen] = counts[id];
+    const uint64_t j = seen++;
+    // Kept: the first occurrence of each of kMaxRepeats equal shares of the n.
+    const uint64_t k = Schedule::kMaxRepeats;
+    if (n <= k || j == 0 || j * k / n != (j - 1) * k / n) {
+      entries[kept++] = id;
+    }
+  }
+  entries.resize(kept);
 }
 
 }  // namespace
@@ -166,8 +194,15 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
   report.sample = sample;
   report.stream = header.stream.value_or(kDefaultStream);
   report.rejects = std::move(rejects);
-  drop_repeats(entries, report.rejects);
   report.accepted = entries.size();
+  if (header.form == OrderForm::kRanges) {
+    // Set before the order is in place: its files are read by blocks from their next open.
+    ranges_published_.store(true, std::memory_order_release);
+    thin_repeats(entries);  // accepted: the blocks named, before thinning
+  } else {
+    drop_repeats(entries, report.rejects);
+    report.accepted = entries.size();
+  }
   {
     MutexLock lock(mu_);
     Job* job = job_of(publisher, header, &report);

@@ -225,6 +225,17 @@ TEST_CASE("header directives set the form, epoch, stream and count", "[order_par
   }
 }
 
+TEST_CASE("range entries are OFFSET LENGTH PATH, their paths normalised", "[order_parser]") {
+  const Parsed p = parse(
+      "#form ranges\n0 4096 data/./x.bin\n1048570 12  a b.h5\n\t7\t1\tlast\n"
+      "-1 4 x\n4 0 x\n4 4\n4 4 /abs\n4 4 ../up\n99999999999999999999 4 x\n");
+  CHECK(p.form == OrderForm::kRanges);
+  CHECK(p.names() ==
+        std::vector<std::string>{"0 4096 data/x.bin", "1048570 12 a b.h5", "7 1 last"});
+  CHECK(p.rejects.total == 6);
+  CHECK(p.entry_lines == 9);
+}
+
 TEST_CASE("#restart before the entries asks for a restart of the stream", "[order_parser]") {
   CHECK_FALSE(parse("#epoch 3\na\n").header.restart);
   CHECK(parse("#epoch 3\n#restart\na\n").header.restart);

@@ -173,3 +173,34 @@ TEST_CASE("the paths a user's orders add to the registry stay charged to them", 
 
 }  // namespace
 }  // namespace epochfs::prefetch
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST_CASE("a range order names each block a run of samples falls in, thinned past 16 uses",
+          "[upload]") {
+  Fixture f;
+  // 2,000 samples of 100 bytes, alternating between two blocks of one file, then one sample
+  // crossing into a third block.
+  std::string text = "#form ranges\n";
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t block = i % 2;
+    text += std::to_string(block * (1 << 20) + 100 * (i / 2)) + " 100 data.bin\n";
+  }
+  text += std::to_string(2 * (1 << 20) - 50) + " 100 data.bin\n";
+  REQUIRE(f.upload.write(0, text).is_ok());
+  const PublishReport& r = f.upload.finish();
+  INFO(r.message);
+  CHECK(r.ok);
+  // Every block a run of samples names, before thinning: the last sample continues the run in
+  // block 1, then adds block 2.
+  CHECK(r.accepted == 2001);
+  CHECK(r.rejects.total == 0);  // a block's uses are not repeats of a file
+  // The file, its marker and three blocks; 16 uses of each busy block are kept, evenly.
+  CHECK(f.registry.size() == 5);
+  REQUIRE(f.planner.stats().streams.size() == 1);
+  CHECK(f.planner.stats().streams[0].current.length == 16 + 16 + 1);
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch

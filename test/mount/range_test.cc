@@ -1,0 +1,198 @@
+// Range orders (docs/semantics.md, "Range orders"): a single large file read by sample at
+// random offsets, staged by blocks in the order its samples are read, and every read answered
+// with the source's bytes whether its blocks are cached, in flight or not.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "cachestore/unique_fd.h"
+#include "test/mount/mount_fixture.h"
+
+namespace epochfs::test {
+namespace {
+
+constexpr uint64_t kBlock = uint64_t{1} << 20;
+
+struct Sample {
+  uint64_t offset;
+  uint64_t length;
+};
+
+// A file of size random bytes at path; its bytes.
+std::string make_big_file(const std::string& path, uint64_t size, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string bytes(size, '\0');
+  for (auto& c : bytes) {
+    c = static_cast<char>(rng());
+  }
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+  return bytes;
+}
+
+// count samples of up to max_length bytes at random offsets of a file of size bytes, some
+// crossing a block's end and one ending at the file's end.
+std::vector<Sample> random_samples(uint64_t size, int count, uint64_t max_length, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Sample> out;
+  for (int i = 0; i < count - 1; ++i) {
+    const uint64_t length = 1 + rng() % max_length;
+    out.push_back({rng() % (size - length), length});
+  }
+  out.push_back({size - 100, 100});
+  return out;
+}
+
+std::string range_order(const std::vector<Sample>& samples, const std::string& path,
+                        const std::string& header = "") {
+  std::string text = "#form ranges\n" + header;
+  for (const auto& s : samples) {
+    text += std::to_string(s.offset) + " " + std::to_string(s.length) + " " + path + "\n";
+  }
+  return text;
+}
+
+std::set<uint64_t> blocks_of(const std::vector<Sample>& samples) {
+  std::set<uint64_t> blocks;
+  for (const auto& s : samples) {
+    for (uint64_t b = s.offset / kBlock; b <= (s.offset + s.length - 1) / kBlock; ++b) {
+      blocks.insert(b);
+    }
+  }
+  return blocks;
+}
+
+// Reads every sample through the mount with pread, in order; the number that differ from the
+// source's bytes (or fail).
+int read_samples(const std::string& path, const std::vector<Sample>& samples,
+                 const std::string& expected) {
+  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(fd.valid());
+  int wrong = 0;
+  std::string buf;
+  for (const auto& s : samples) {
+    buf.resize(s.length);
+    const ssize_t n = ::pread(fd.get(), buf.data(), s.length, static_cast<off_t>(s.offset));
+    wrong +=
+        n == static_cast<ssize_t>(s.length) && buf == expected.substr(s.offset, s.length) ? 0 : 1;
+  }
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("a range order stages the blocks it names, and every sample reads the source's bytes",
+          "[mount][ranges]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 6 * kBlock + 12345;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 1);
+  Mount mount(dir / "src", dir / "mnt");
+  const auto samples = random_samples(kSize, 300, 20000, 2);
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  CHECK(stat_of(mount, "prefetch.last_publish.found") ==
+        stat_of(mount, "prefetch.last_publish.looked_up"));
+  wait_for_staging(mount);
+  const auto blocks = blocks_of(samples);
+  CHECK(stat_of(mount, "cache.files_cached") == blocks.size());
+  CHECK(stat_of(mount, "cache.bytes_staged") == kSize);  // every block named, the last short
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  // Staged ahead: no sample's bytes came from the source.
+  CHECK(stat_of(mount, "bytes_from_source") == 0);
+  CHECK(stat_of(mount, "block_misses") == 0);
+  CHECK(stat_of(mount, "block_hits") > 0);
+  // Whole, through plain reads too.
+  CHECK(read_file(mount / "data.bin") == bytes);
+}
+
+TEST_CASE("a file read by blocks with none cached is read from the source and then cached",
+          "[mount][ranges]") {
+  // The order names the blocks, but staging has no room until the reader comes: --lookahead 1
+  // stages one block ahead; every other block is a miss, read from the source and copied.
+  TempDir dir;
+  constexpr uint64_t kSize = 4 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 3);
+  Mount mount(dir / "src", dir / "mnt", {"--lookahead", "1"});
+  const auto samples = random_samples(kSize, 200, 3000, 4);
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == blocks_of(samples).size());
+  // The same samples again: all from the cache (the kernel's pages dropped first).
+  {
+    cachestore::UniqueFd fd(::open((mount / "data.bin").c_str(), O_RDONLY | O_CLOEXEC));
+    REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
+  }
+  const double misses = stat_of(mount, "block_misses");
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(stat_of(mount, "block_misses") == misses);
+}
+
+TEST_CASE("a file read by blocks that changes in the source is never served stale",
+          "[mount][ranges]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 3 * kBlock;
+  const std::string old_bytes = make_big_file(dir / "src/data.bin", kSize, 5);
+  Mount mount(dir / "src", dir / "mnt");
+  const auto samples = random_samples(kSize, 100, 5000, 6);
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  CHECK(read_samples(mount / "data.bin", samples, old_bytes) == 0);
+  // Rewritten in place: same size, other bytes, a new mtime and ctime.
+  const std::string new_bytes = make_big_file(dir / "src/data.bin", kSize, 7);
+  // The next epoch's order, published after the change (the attribute timeout lapses).
+  ::sleep(2);
+  REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 1\n")) == 0);
+  CHECK(read_samples(mount / "data.bin", samples, new_bytes) == 0);
+}
+
+TEST_CASE("bad range orders are refused or skipped with the reason, and charged to their user",
+          "[mount][ranges][input]") {
+  TempDir dir;
+  make_big_file(dir / "src/data.bin", 2 * kBlock, 8);
+  Mount mount(dir / "src", dir / "mnt", {"--max-entries-per-user", "1000"});
+  // Each bad line is skipped and counted, the good one published.
+  const std::string bad =
+      "#form ranges\n"
+      "-5 10 data.bin\n"
+      "10 -5 data.bin\n"
+      "18446744073709551615 10 data.bin\n"
+      "10 0 data.bin\n"
+      "10 2000000000 data.bin\n"
+      "10 10\n"
+      "10 10 ../outside\n"
+      "ten 10 data.bin\n"
+      "0 4096 data.bin\n";
+  REQUIRE(publish(mount, bad) == 0);
+  CHECK(stat_of(mount, "prefetch.last_publish.accepted") == 1);
+  CHECK(stat_of(mount, "prefetch.last_publish.rejected") == 8);
+  // A range past the file's end is rejected when the planner reaches it, as a missing file.
+  REQUIRE(publish(mount, "#form ranges\n#stream eof\n" + std::to_string(5 * kBlock) +
+                             " 10 data.bin\n") == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "prefetch.streams.eof.rejected_entries") == 1);
+  // Many blocks: each is an entry, against the user's entry limit.
+  std::string many = "#form ranges\n#epoch 2\n";
+  for (int i = 0; i < 2000; ++i) {
+    many += std::to_string(uint64_t(i) * kBlock) + " 1 data.bin\n";
+  }
+  CHECK(publish(mount, many) != 0);
+  // A million tiny samples in one block are one entry.
+  std::string tiny = "#form ranges\n#epoch 2\n";
+  for (int i = 0; i < 100000; ++i) {
+    tiny += std::to_string(i * 8) + " 8 data.bin\n";
+  }
+  CHECK(publish(mount, tiny) == 0);
+  CHECK(stat_of(mount, "prefetch.last_publish.accepted") == 1);
+}
+
+}  // namespace epochfs::test
