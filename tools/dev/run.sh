@@ -15,7 +15,7 @@ packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxx
           libcli11-dev nlohmann-json3-dev catch2 librapidcheck-dev clang-format clang-14 clang-tidy
           libfuzzer-14-dev
           python3-torch python3-torchvision python3-pytest python3-pil python3-hypothesis
-          python3-pip python3-setuptools python3-wheel python3-venv
+          python3-pip python3-setuptools python3-wheel python3-venv python3-h5py python3-lmdb
           gnuplot-nox glusterfs-server glusterfs-client attr iproute2 procps
           e2fsprogs util-linux fio gdb)
 

@@ -44,6 +44,7 @@ __all__ = [
     "is_epochfs",
     "job_id",
     "publish",
+    "publish_ranges",
     "set_manifest",
     "stats",
 ]
@@ -187,6 +188,37 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
     return _verdict(root)
 
 
+def publish_ranges(mount, ranges, *, epoch=None, stream=None, job=None, restart=False):
+    """Publishes one epoch's order of byte ranges: for a dataset that is one large file (or a
+    few) read by sample at random offsets, as LMDB, HDF5, ``.npy`` and TFRecord are.
+
+    ``ranges`` is an iterable of ``(path, offset, length)``, one per sample, in the order the
+    trainer will read them; :mod:`epochfs.ranges` computes them from the dataset itself. The
+    daemon stages those files by blocks in that order (docs/semantics.md, "Range orders").
+    The other arguments, the return value and the errors are :func:`publish`'s.
+    """
+    root = _root(mount)
+    names = _header(job=job, manifest=None, stream=stream)
+    lines, count = _counted((_range_line(root, r) for r in ranges), ranges)
+    header = ["#form ranges"]
+    if epoch is not None:
+        header.append("#epoch %d" % int(epoch))
+    if restart:
+        header.append("#restart")
+    header += names + ["#count %d" % count, "#line 1"]
+    _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines,
+           needs_format=ORDER_FORMAT)
+    return _verdict(root)
+
+
+def _range_line(root, item):
+    path, offset, length = item
+    offset, length = operator.index(offset), operator.index(length)
+    if offset < 0 or length <= 0:
+        raise ValueError("a range needs an offset >= 0 and a length > 0: %r" % (item,))
+    return "%d %d %s" % (offset, length, _relative(root, path))
+
+
 def _verdict(root):
     """The daemon's verdict on this user's latest order, warning when it matched little."""
     try:
@@ -267,30 +299,32 @@ def _checked_name(what, name):
     return name
 
 
-# The shuffle-file format this package writes (2: with #restart); the daemon says which it
-# reads in its stats (``order_format``; absent before there was a choice: 1).
-ORDER_FORMAT = 2
+# The newest shuffle-file format this package writes (3: range orders); an order of paths or
+# indices needs a daemon of format 2 (with #restart). The daemon says which it reads in its
+# stats (``order_format``; absent before there was a choice: 1).
+ORDER_FORMAT = 3
+_PLAIN_FORMAT = 2
 # (mount root, the mount's st_dev) -> the format its daemon reads: asked once per mount.
 _daemon_formats = {}
 
 
-def _check_format(root):
-    """Raises PublishError if the daemon at root cannot read what this package writes."""
+def _check_format(root, needs=_PLAIN_FORMAT):
+    """Raises PublishError if the daemon at root cannot read format ``needs``."""
     key = (root, os.stat(root).st_dev)
     if key not in _daemon_formats:
         _daemon_formats[key] = int(stats(root).get("order_format", 1))
     daemon = _daemon_formats[key]
-    if daemon < ORDER_FORMAT:
+    if daemon < needs:
         raise PublishError(
             errno.EPROTO,
             "the epochfs daemon of %s reads order format %d, this package (%s) writes %d: "
             "upgrade the daemon, or use the package that came with it" % (
-                root, daemon, __version__, ORDER_FORMAT), root)
+                root, daemon, __version__, needs), root)
 
 
-def _write(root, name, header, lines):
+def _write(root, name, header, lines, needs_format=_PLAIN_FORMAT):
     """Writes one file into the control directory; fsync (or the close) publishes it."""
-    _check_format(root)
+    _check_format(root, needs_format)
     path = os.path.join(root, _CONTROL, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
