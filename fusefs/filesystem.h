@@ -79,8 +79,6 @@ struct FileHandle {
   cachestore::Mutex fallback_mu;
   cachestore::UniqueFd source_fd GUARDED_BY(fallback_mu);
   bool copy_dropped GUARDED_BY(fallback_mu) = false;
-  // For a file read by blocks (OpenFile::blocks): the block its last read touched.
-  std::atomic<uint64_t> last_block{UINT64_MAX};
   // The kernel's backing id when the kernel reads this open's cached copy itself
   // (fusefs/passthrough.h); 0 when reads come to the daemon.
   uint32_t backing_id = 0;
@@ -211,9 +209,9 @@ class Filesystem {
   }
 
   // size bytes of a file read by blocks (prefetch/blocks.h) at off, for reader.
-  cachestore::Result<std::string> read_blocks(FileHandle& file, size_t size, off_t off,
+  cachestore::Result<std::string> read_blocks(const FileHandle& file, size_t size, off_t off,
                                               uid_t reader) {
-    return engine_.read_blocks(file.file, size, off, &file.last_block, reader);
+    return engine_.read_blocks(file.file, size, off, reader);
   }
 
   // The guard of calls into the source; the FUSE layer wakes it when a request is interrupted.

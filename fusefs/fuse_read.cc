@@ -147,7 +147,7 @@ void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
     fuse_reply_buf(req, chunk.data(), chunk.size());
     return;
   }
-  if (file.file.blocks) {
+  if (file.file.blocks != nullptr) {
     auto data = fs_of(req).read_blocks(file, size, off, fuse_req_ctx(req)->uid);
     if (!data.is_ok()) {
       reply_status(req, data.status());

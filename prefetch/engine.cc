@@ -61,6 +61,9 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
     for (const auto& copy : cache_->take_kept_copies()) {
       cache_->adopt(registry_.id_of(copy.path), copy);
     }
+    const uint64_t blocks = planner.cache_capacity / kBlockBytes / 4;
+    block_copies_ = std::make_unique<BlockCopies>(std::min<uint64_t>(BlockCopies::kMaxHeld, blocks),
+                                                  [this](FileId id) { cache_->unpin(id); });
   }
 }
 
@@ -89,6 +92,7 @@ Engine::~Engine() {
   watch_.reset();
   planner_->stop();
   stager_.reset();
+  block_copies_.reset();  // unpins its copies: before the cache goes
   cache_.reset();
 }
 

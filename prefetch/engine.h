@@ -41,6 +41,7 @@
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
+#include "prefetch/block_copies.h"
 #include "prefetch/copy_concurrency.h"
 #include "prefetch/file_registry.h"
 #include "prefetch/flights.h"
@@ -86,6 +87,12 @@ struct EngineOptions {
   bool serve_cached_in_outage = true;
 };
 
+// The reads of one open of a file read by blocks (prefetch/blocks.h): the block last read,
+// whose use was counted.
+struct BlockReads {
+  std::atomic<uint64_t> last_block{UINT64_MAX};
+};
+
 // A file opened for reading.
 struct OpenFile {
   cachestore::UniqueFd fd;
@@ -94,8 +101,8 @@ struct OpenFile {
   bool from_cache = false;  // pinned in the cache until Engine::close_file
   int stream = -1;          // the stream whose order the open advanced, if any
   // Named by a range order: fd is the source's, and reads go block by block
-  // (Engine::read_blocks).
-  bool blocks = false;
+  // (Engine::read_blocks); null otherwise.
+  std::shared_ptr<BlockReads> blocks = nullptr;
 };
 
 // Counters since the mount; a snapshot.
@@ -186,10 +193,9 @@ class Engine final : public PrefetchSink {
 
   // size bytes at off of file, a file read by blocks (OpenFile::blocks): each block from its
   // cached copy, waiting for one in flight, else from the source (and then copied into the
-  // cache). A block read that is not the one last_block names counts as the use of that block
-  // in reader's streams; last_block is the handle's, set to it. Fewer bytes only at the end.
+  // cache). A read of another block than the last counts as a use of that block in reader's
+  // streams. Fewer bytes only at the end of the file.
   cachestore::Result<std::string> read_blocks(const OpenFile& file, size_t size, off_t off,
-                                              std::atomic<uint64_t>* last_block,
                                               std::optional<uid_t> reader);
 
   // Reading file's cached copy failed (an I/O error, or the copy ended early): drops the copy
@@ -246,11 +252,13 @@ class Engine final : public PrefetchSink {
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
   // A file named by a range order, opened: from the source, read block by block.
   cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
-  // len bytes at off of block (key) of file, which holds them all (read_blocks).
-  cachestore::Result<std::string> read_block(const OpenFile& file, const std::string& key,
-                                             uint64_t block, uint64_t off, size_t len,
-                                             std::atomic<uint64_t>* last_block,
-                                             std::optional<uid_t> reader);
+  // len bytes at off of block of file, which holds them all, into out (read_blocks).
+  cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
+                                std::optional<uid_t> reader, char* out);
+  // From id's (block's) ready copy of version, kept open for the reads that follow
+  // (block_copies_); false if none is ready or it failed.
+  bool read_copy(FileId id, uint64_t block, const cachestore::FileVersion& version, uint64_t off,
+                 size_t len, char* out);
   // Copies block (id) of file into the cache on the stager, from a descriptor of its own.
   // REQUIRES: the caller owns id's flight; true if the job took it over.
   bool stage_block_in_background(const OpenFile& file, FileId id, const std::string& key,
@@ -292,6 +300,7 @@ class Engine final : public PrefetchSink {
   const EngineOptions options_;
   std::unique_ptr<Planner> planner_;
   std::unique_ptr<cachestore::CacheStore> cache_;
+  std::unique_ptr<BlockCopies> block_copies_;  // with the cache: open copies of blocks
   FileRegistry registry_;
   FreshAttrs fresh_;
   RightsChecked rights_checked_;

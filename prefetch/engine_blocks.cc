@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "cachestore/log.h"
 #include "cachestore/on_exit.h"
@@ -29,89 +30,102 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path) {
   auto file = open_source(id, rel_path, true);
   if (file.is_ok()) {
-    file.value().blocks = true;
+    file.value().blocks = std::make_shared<BlockReads>();
   }
   return file;
 }
 
 Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t off,
-                                        std::atomic<uint64_t>* last_block,
                                         std::optional<uid_t> reader) {
   const auto file_size = static_cast<uint64_t>(file.version.size);
   const auto start = static_cast<uint64_t>(off);
   const uint64_t end = std::min<uint64_t>(file_size, start + size);
-  std::string out;
-  if (start >= end) {
-    return out;
-  }
-  out.reserve(end - start);
-  const std::string path = registry_.path_of(file.id);
+  std::string out(start < end ? end - start : 0, '\0');
   for (uint64_t pos = start; pos < end;) {
     const uint64_t block = pos / kBlockBytes;
     const uint64_t stop = std::min(end, (block + 1) * kBlockBytes);
-    auto part = read_block(file, block_key(path, block), block, pos,
-                           static_cast<size_t>(stop - pos), last_block, reader);
-    if (!part.is_ok()) {
-      return part.status();
+    Status read = read_block(file, block, pos, static_cast<size_t>(stop - pos), reader,
+                             out.data() + (pos - start));
+    if (!read.is_ok()) {
+      return read;
     }
-    out += part.value();
     pos = stop;
   }
   return out;
 }
 
-Result<std::string> Engine::read_block(const OpenFile& file, const std::string& key, uint64_t block,
-                                       uint64_t off, size_t len, std::atomic<uint64_t>* last_block,
-                                       std::optional<uid_t> reader) {
+Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
+                          std::optional<uid_t> reader, char* out) {
+  const std::string key = block_key(registry_.path_of(file.id), block);
   const auto id = registry_.find(key);
-  if (!id) {
-    // No order named this block: read through, as an unscheduled file is.
+  const auto from_source = [&]() -> Status {
     block_misses_.fetch_add(1, kRelaxed);
+    auto data = read_source(file, file.fd.get(), len, static_cast<off_t>(off));
+    if (!data.is_ok()) {
+      return data.status();
+    }
+    if (data.value().size() != len) {
+      return Status::error(EIO, "read " + key + ": the source ended early");
+    }
     bytes_from_source_.fetch_add(len, kRelaxed);
-    return read_source(file, file.fd.get(), len, static_cast<off_t>(off));
+    std::copy(data.value().begin(), data.value().end(), out);
+    return Status::ok();
+  };
+  if (!id) {
+    return from_source();  // no order named this block: read through, as an unordered file
   }
-  if (last_block->exchange(block, kRelaxed) != block) {
+  if (file.blocks->last_block.exchange(block, kRelaxed) != block) {
     planner_->on_open(*id, reader);  // the next sample's block: its use, in reader's streams
   }
   const FileVersion version = block_version(file.version, block);
-  auto fd = cache_->open_copy(*id, version);
+  if (read_copy(*id, block, version, off, len, out)) {
+    return Status::ok();
+  }
   bool own_flight = false;
   OnExit ended([&] {
     if (own_flight) {
       flights_.end(*id);
     }
   });
-  if (!fd && stager_) {
+  if (stager_) {
     own_flight = flights_.claim(*id) == Flights::Claim::kOwned;
     if (!own_flight) {
       uint64_t stall_ns = 0;
       if (wait_for_flight(*id, &stall_ns) == Flights::Wait::kCancelled) {
         return Status::error(EINTR, key);  // the reader was killed while it waited
       }
-      fd = cache_->open_copy(*id, version);
+      if (read_copy(*id, block, version, off, len, out)) {
+        return Status::ok();
+      }
     }
   }
-  if (fd) {
-    std::string data(len, '\0');
-    auto got = cachestore::pread_full(fd->get(), data.data(), len,
-                                      static_cast<off_t>(off - block * kBlockBytes), key);
-    cache_->unpin(*id);
-    if (got.is_ok() && got.value() == len) {
-      block_hits_.fetch_add(1, kRelaxed);
-      bytes_from_cache_.fetch_add(len, kRelaxed);
-      return data;
-    }
-    cache_->drop(*id, true);  // damaged: the source's bytes instead
-  }
-  block_misses_.fetch_add(1, kRelaxed);
-  auto data = read_source(file, file.fd.get(), len, static_cast<off_t>(off));
-  if (data.is_ok()) {
-    bytes_from_source_.fetch_add(len, kRelaxed);
-  }
-  if (data.is_ok() && own_flight && stage_block_in_background(file, *id, key, block)) {
+  Status read = from_source();
+  if (read.is_ok() && own_flight && stage_block_in_background(file, *id, key, block)) {
     own_flight = false;  // the copy job ends the flight
   }
-  return data;
+  return read;
+}
+
+bool Engine::read_copy(FileId id, uint64_t block, const FileVersion& version, uint64_t off,
+                       size_t len, char* out) {
+  auto copy = block_copies_->find(id, version);
+  if (!copy) {
+    auto fd = cache_->open_copy(id, version);
+    if (!fd) {
+      return false;
+    }
+    copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)});
+  }
+  auto got = cachestore::pread_full(copy->fd.get(), out, len,
+                                    static_cast<off_t>(off - block * kBlockBytes), "block copy");
+  if (got.is_ok() && got.value() == len) {
+    block_hits_.fetch_add(1, kRelaxed);
+    bytes_from_cache_.fetch_add(len, kRelaxed);
+    return true;
+  }
+  block_copies_->forget(id);
+  cache_->drop(id, true);  // damaged: dropped, and the source read instead
+  return false;
 }
 
 bool Engine::stage_block_in_background(const OpenFile& file, FileId id, const std::string& key,
