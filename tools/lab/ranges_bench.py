@@ -1,0 +1,245 @@
+#!/usr/bin/python3
+"""Single-file datasets benchmark: a real reader (numpy memmap, h5py or py-lmdb) reading every
+sample of one large file in a shuffled order, over a slowed FUSE source, each way of reading it
+side by side in one run.
+
+Lab code (issue 37), not shipped. Run as root (drop_caches, mounts) with Debian's
+/usr/bin/python3 (python3-numpy, python3-h5py, python3-lmdb), from the source tree: it uses
+the built epochfs and epochfs-slowfs binaries (--build) and the Python package in tools/python.
+
+The setup:
+
+- the dataset: --rows samples of --kb KB in one file of --format: ``npy`` (a 2-D float32
+  array read as a memmap), ``hdf5`` (a dataset chunked by --chunk-rows rows, read with h5py)
+  or ``lmdb`` (one record per sample, read with py-lmdb);
+- the shared storage: epochfs-slowfs serving a copy in memory (/dev/shm), each open taking
+  --open-ms, each read (up to 128 KiB) --read-ms, on a link of --mbs MB/s;
+- the node's local disk: a fresh journaled ext4 in a loop file with direct I/O, as the
+  DataLoader benchmark's (tools/lab/dataloader.py), holding the ideal run's copy and the caches;
+- the reader: one process reading each sample in the epoch's order (a permutation seeded by
+  the epoch), the page cache dropped before each epoch;
+- the runs (--runs): ``ideal`` reads the local disk's copy, ``direct`` the slowed source,
+  ``lru`` an epochfs mount with no order, ``ranges`` a mount to which each epoch's ranges are
+  published (epochfs.ranges, then epochfs.publish_ranges) as the epoch starts. Both mounts
+  get --cache-mb of cache: below the file's size, part of it stays on the source.
+
+Per epoch: samples/s, and for mounts the bytes the daemon read from the source (for misses and
+for staging) as a fraction of the file, against the known-future bound 1 - cache/dataset when
+the file does not fit. Prints a table; --json writes every figure. Results: docs/benchmarks.md,
+"Single-file datasets".
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from dataloader import LocalDisk
+from lab import Daemon, stats
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import epochfs  # noqa: E402
+import epochfs.ranges  # noqa: E402
+import numpy  # noqa: E402
+
+NAME = {"npy": "data.npy", "hdf5": "data.h5", "lmdb": "data.lmdb"}
+
+
+def make_dataset(path, a):
+    cols = int(a.kb * 1000 / 4)
+    rows = numpy.random.default_rng(a.seed).random((a.rows, cols), dtype=numpy.float32)
+    if a.format == "npy":
+        numpy.save(path, rows)
+    elif a.format == "hdf5":
+        import h5py
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=rows, chunks=(a.chunk_rows, cols))
+    else:
+        import lmdb
+        env = lmdb.open(path, map_size=rows.nbytes * 2 + (64 << 20))
+        with env.begin(write=True) as txn:
+            for i in range(a.rows):
+                txn.put(b"%08d" % i, rows[i].tobytes())
+        env.close()
+
+
+def data_bytes(path):
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+    return os.path.getsize(path)
+
+
+class Reader:
+    """Reads one sample at a time from the dataset at path."""
+
+    def __init__(self, fmt, path):
+        self.fmt = fmt
+        if fmt == "npy":
+            self.rows = numpy.load(path, mmap_mode="r")
+        elif fmt == "hdf5":
+            import h5py
+            self.file = h5py.File(path, "r")
+            self.rows = self.file["x"]
+        else:
+            import lmdb
+            self.env = lmdb.open(path, readonly=True, lock=False)
+            self.txn = self.env.begin()
+
+    def read(self, i):
+        if self.fmt == "lmdb":
+            return len(self.txn.get(b"%08d" % i))
+        return numpy.array(self.rows[i]).nbytes
+
+    def close(self):
+        if self.fmt == "hdf5":
+            self.file.close()
+        elif self.fmt == "lmdb":
+            self.env.close()
+        else:
+            self.rows._mmap.close()  # unmapped: its pages are dropped with the page cache
+
+
+def ranges_of(fmt, source_path, mount_path, order):
+    """The order's ranges, read from the source's file, named by their paths in the mount."""
+    if fmt == "npy":
+        r = epochfs.ranges.npy(source_path, order)
+    elif fmt == "hdf5":
+        r = epochfs.ranges.hdf5(source_path, "x", order)
+    else:
+        r = epochfs.ranges.lmdb(source_path, [b"%08d" % i for i in order])
+    prefix = os.path.dirname(source_path)
+    mnt = os.path.dirname(mount_path)
+    return [(os.path.join(mnt, os.path.relpath(p, prefix)), o, n) for p, o, n in r]
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+
+
+def source_bytes(mnt):
+    s = stats(mnt)
+    return s["bytes_from_source"] + s["cache"]["bytes_staged"]
+
+
+def run_epochs(a, path, *, mnt=None, source_path=None):
+    rows = []
+    for e in range(a.epochs):
+        order = random.Random(a.seed * 1000 + e).sample(range(a.rows), a.rows)
+        drop_caches()
+        before = source_bytes(mnt) if mnt else 0
+        start = time.monotonic()
+        if source_path:
+            epochfs.publish_ranges(mnt, ranges_of(a.format, source_path, path, order), epoch=e)
+        reader = Reader(a.format, path)
+        for i in order:
+            reader.read(i)
+        reader.close()
+        seconds = time.monotonic() - start
+        row = {"epoch": e + 1, "seconds": seconds, "samples_per_s": a.rows / seconds}
+        if mnt:
+            row["source_bytes"] = source_bytes(mnt) - before
+        rows.append(row)
+    return rows
+
+
+def run_one(a, name, dirs):
+    name_in = NAME[a.format]
+    if name == "ideal":
+        return run_epochs(a, os.path.join(dirs["local"], "data", name_in))
+    if name == "direct":
+        return run_epochs(a, os.path.join(dirs["shared"], name_in))
+    mnt = os.path.join(dirs["work"], "mnt-" + name)
+    cache = os.path.join(dirs["local"], "cache-" + name)
+    argv = [os.path.join(a.build, "bin", "epochfs"), "mount", "--foreground", dirs["shared"],
+            mnt, "--cache-dir", cache, "--cache-size", "%dM" % a.cache_mb, "--log-level",
+            "warning"]
+    mount = Daemon(argv, mnt)
+    try:
+        return run_epochs(a, os.path.join(mnt, name_in), mnt=mnt,
+                          source_path=(os.path.join(dirs["served"], name_in)
+                                       if name == "ranges" else None))
+    finally:
+        mount.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def print_table(results, size, cache_bytes):
+    ideal = {r["epoch"]: r["samples_per_s"] for r in results.get("ideal", [])}
+    direct = {r["epoch"]: r["samples_per_s"] for r in results.get("direct", [])}
+    bound = max(0.0, 1 - cache_bytes / size)
+    print("dataset %.0f MB, cache %.0f MB: known-future bound %.2f of the file per epoch" % (
+        size / 1e6, cache_bytes / 1e6, bound))
+    print("%-8s %5s %10s %8s %8s %14s" % ("run", "epoch", "samples/s", "x ideal", "x direct",
+                                           "source / file"))
+    for name, rows in results.items():
+        for r in rows:
+            e = r["epoch"]
+            print("%-8s %5d %10.0f %8s %8s %14s" % (
+                name, e, r["samples_per_s"],
+                "%.2f" % (r["samples_per_s"] / ideal[e]) if e in ideal else "-",
+                "%.2f" % (r["samples_per_s"] / direct[e]) if e in direct else "-",
+                "%.2f" % (r["source_bytes"] / size) if "source_bytes" in r else "-"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build/ci", help="the CMake build directory")
+    ap.add_argument("--format", choices=sorted(NAME), default="hdf5")
+    ap.add_argument("--rows", type=int, default=15000)
+    ap.add_argument("--kb", type=float, default=4, help="sample size in KB")
+    ap.add_argument("--chunk-rows", type=int, default=16, help="HDF5 rows per chunk")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--cache-mb", type=int, default=1024)
+    ap.add_argument("--runs", default="ideal,direct,lru,ranges")
+    ap.add_argument("--open-ms", type=float, default=2)
+    ap.add_argument("--read-ms", type=float, default=1)
+    ap.add_argument("--mbs", type=float, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write every figure to this file")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="epochfs-ranges-")
+    dirs = {"work": work, "shared": os.path.join(work, "shared")}
+    served = tempfile.mkdtemp(prefix="epochfs-ranges-source-", dir="/dev/shm")
+    dirs["served"] = served
+    make_dataset(os.path.join(served, NAME[a.format]), a)
+    size = data_bytes(os.path.join(served, NAME[a.format]))
+    disk = LocalDisk(work, size * 3 + (256 << 20))
+    try:
+        dirs["local"] = disk.mount
+        os.makedirs(os.path.join(disk.mount, "data"))
+        subprocess.run(["cp", "-r", os.path.join(served, NAME[a.format]),
+                        os.path.join(disk.mount, "data")], check=True)
+        slowfs = Daemon([os.path.join(a.build, "bin", "epochfs-slowfs"), served, dirs["shared"],
+                         "--latency-ms", str(a.read_ms), "--open-latency-ms", str(a.open_ms),
+                         "--bandwidth-mbs", str(a.mbs)], dirs["shared"])
+        results = {}
+        try:
+            for name in a.runs.split(","):
+                results[name] = run_one(a, name, dirs)
+                print("%s: %s" % (name, " ".join("%.0f" % r["samples_per_s"]
+                                                  for r in results[name])),
+                      file=sys.stderr, flush=True)
+        finally:
+            slowfs.stop()
+    finally:
+        disk.remove()
+        shutil.rmtree(served, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    print_table(results, size, a.cache_mb << 20)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"options": vars(a), "dataset_bytes": size, "epochs": results}, f,
+                      indent=2)
+
+
+if __name__ == "__main__":
+    main()
