@@ -1,11 +1,13 @@
 // libFuzzer target for the shuffle-file parser: any bytes, fed in chunks split where the input
 // says, must neither crash nor break the parser's promises (every accepted entry is a
-// normalised relative path of valid UTF-8 without NUL, or an index that parses).
+// normalised relative path of valid UTF-8 without NUL, an index that parses, or a range that
+// parses with such a path).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "prefetch/blocks.h"
 #include "prefetch/order_parser.h"
 
 namespace {
@@ -14,6 +16,8 @@ using epochfs::prefetch::OrderForm;
 using epochfs::prefetch::OrderParser;
 using epochfs::prefetch::RejectReport;
 
+void check_path(std::string_view entry);
+
 void check_entry(std::string_view entry, OrderForm form) {
   if (form == OrderForm::kIndices) {
     if (!epochfs::prefetch::parse_index(entry)) {
@@ -21,6 +25,19 @@ void check_entry(std::string_view entry, OrderForm form) {
     }
     return;
   }
+  if (form == OrderForm::kRanges) {
+    const char* why = "";
+    auto range = epochfs::prefetch::parse_range(entry, &why);
+    if (!range) {
+      abort();
+    }
+    check_path(range->path);
+    return;
+  }
+  check_path(entry);
+}
+
+void check_path(std::string_view entry) {
   const bool bad = entry.empty() || entry.size() > epochfs::prefetch::kMaxLineBytes ||
                    entry.front() == '/' || entry.find('\0') != std::string_view::npos ||
                    !epochfs::prefetch::valid_utf8(entry) || entry == ".." ||
