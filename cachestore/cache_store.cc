@@ -1,6 +1,6 @@
 // CacheStore: admission and eviction under the capacity, staging a copy and committing it,
-// opening a ready copy for a reader, and verify. Kept copies are in cache_store_kept.cc, disk
-// faults in cache_store_faults.cc, the copying itself in copy.cc.
+// opening a ready copy for a reader. Kept copies are in cache_store_kept.cc, disk faults in
+// cache_store_faults.cc, verify in cache_store_verify.cc, the copying itself in copy.cc.
 #include "cachestore/cache_store.h"
 
 #include <errno.h>
@@ -312,15 +312,9 @@ void CacheStore::drop_locked(FileId id, bool damaged, std::vector<Removal>& out)
   mark_removing(id, it->second, out);
 }
 
-namespace {
-
-// Whether st is a copy of size bytes: a regular file (something put in its place, such as a
-// FIFO or a device, is damage) of exactly that size.
-bool is_object(const struct stat& st, uint64_t size) {
+bool CacheStore::is_object(const struct stat& st, uint64_t size) {
   return S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == size;
 }
-
-}  // namespace
 
 // Never follows a link put in a copy's place (it could lead out of the cache to a file of the
 // same size), and never blocks on a FIFO put there (O_NONBLOCK changes nothing for a regular
@@ -385,63 +379,6 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   }
   unpin(id);
   return std::nullopt;
-}
-
-VerifyReport CacheStore::verify_all() {
-  std::vector<FileId> ids;
-  {
-    MutexLock lock(mu_);
-    for (const auto& [id, e] : entries_) {
-      if (e.state == State::kReady && !e.doomed) {
-        ids.push_back(id);
-      }
-    }
-  }
-  VerifyReport report;
-  for (FileId id : ids) {
-    std::string name;
-    uint64_t size = 0;
-    uint64_t expected = 0;
-    FileVersion version;
-    {
-      MutexLock lock(mu_);
-      auto it = entries_.find(id);
-      if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
-        continue;  // evicted or dropped since the list was made
-      }
-      ++it->second.pins;  // not evicted while we read it
-      name = CacheDir::object_name(it->second.key);
-      size = it->second.size();
-      expected = it->second.hash;
-      version = it->second.version;
-    }
-    UniqueFd fd = open_object(name);
-    struct stat st;
-    bool good = fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size);
-    if (good) {
-      auto actual = hash_fd(fd.get(), size);
-      good = actual.is_ok() && actual.value() == expected;
-    }
-    {
-      MutexLock lock(mu_);
-      auto it = entries_.find(id);
-      ++report.checked;
-      report.bytes += size;
-      if (!good && it != entries_.end()) {
-        it->second.doomed = true;
-        ++counters_.dropped_damaged;
-        ++report.damaged;
-      } else if (it != entries_.end()) {
-        it->second.verify_pending = false;
-      }
-    }
-    if (!good) {
-      log(LogLevel::kWarning, "cache: copy %s is damaged; dropped", name.c_str());
-      report.dropped.push_back(version);
-    }
-    unpin(id);  // removes the copy if it was found damaged
-  }
-  return report;
 }
 
 void CacheStore::unpin(FileId id) {

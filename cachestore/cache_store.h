@@ -34,6 +34,8 @@
 // its oracle's lock (the planner's), which therefore never calls into the store while held.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -257,6 +259,9 @@ class CacheStore {
   void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);
   UniqueFd open_object(const std::string& name) const;
+  // Whether st is a copy of size bytes: a regular file (something put in its place, such as a
+  // FIFO or a device, is damage) of exactly that size.
+  static bool is_object(const struct stat& st, uint64_t size);
   void load_index();
   void save_index();
 

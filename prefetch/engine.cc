@@ -96,47 +96,6 @@ Engine::~Engine() {
   cache_.reset();
 }
 
-std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publisher publisher) {
-  // The mount's own order (--shuffle-file) is the operator's, not a user's: not charged.
-  const bool charged = !publisher.is_mount;
-  Credentials creds = publisher.creds;
-  auto upload = std::make_unique<OrderUpload>(
-      kind, std::move(publisher), registry_, *planner_, charged ? &uploads_ : nullptr,
-      options_.limits.entries_per_user, charged ? &paths_ : nullptr);
-  if (cache_) {
-    upload->look_up_entries_with(
-        [this, charged, creds = std::move(creds)](const std::string& rel) -> std::optional<bool> {
-          if (charged && !look_ups_.take(creds.uid, now_ns())) {
-            return std::nullopt;  // over the user's rate: not looked up, not counted
-          }
-          return names_file(rel, creds);
-        });
-  }
-  return upload;
-}
-
-std::optional<bool> Engine::names_file(const std::string& rel_path, const Credentials& creds) {
-  if (guard_.down()) {
-    return std::nullopt;  // an outage is not a wrong path
-  }
-  // With an answer of our own (nullopt): an outage ends the call at once instead of holding
-  // the publish for --outage-wait; a hung source holds it for one --source-timeout, after
-  // which the source is down and nothing more is looked up. Captured by value: a call the
-  // guard gives up on may still run after this returns.
-  auto found = guard_.call<bool>(
-      rel_path, true, [root = &source_, rel_path, creds]() -> cachestore::Result<bool> {
-        auto st = root->stat_at(rel_path);
-        Status readable = !st.is_ok()                    ? st.status()
-                          : !S_ISREG(st.value().st_mode) ? Status::error(EISDIR, rel_path)
-                                                         : may_read_as(*root, rel_path, creds);
-        if (readable.is_ok() || !is_outage_error(readable.error_code())) {
-          return readable.is_ok();
-        }
-        return readable;
-      });
-  return found.is_ok() ? std::optional<bool>(found.value()) : std::nullopt;
-}
-
 void Engine::observe(const std::string& rel_path, const struct stat& st) {
   // Directories too: their attributes are answered from the registry while the source is down.
   if (cache_ && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {

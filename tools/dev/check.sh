@@ -39,4 +39,11 @@ if grep -nE 'TEST_CASE\("[^"]*;' -r test --include='*.cc'; then
   echo "check: no ';' in a test's name" >&2
   status=1
 fi
+# A core file longer than this hides its steps: split it by job (engine_*.cc, cache_store_*.cc).
+for f in cachestore/*.h cachestore/*.cc prefetch/*.h prefetch/*.cc fusefs/*.h fusefs/*.cc; do
+  if (($(wc -l <"$f") > 450)); then
+    echo "check: $f has more than 450 lines" >&2
+    status=1
+  fi
+done
 exit $status

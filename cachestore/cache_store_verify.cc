@@ -1,0 +1,71 @@
+// CacheStore, continued: verify (epochfs verify), which reads every ready copy whole and
+// checks it against the hash recorded when it was staged; a damaged one is dropped.
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "cachestore/cache_store.h"
+#include "cachestore/copy.h"
+#include "cachestore/log.h"
+
+namespace epochfs::cachestore {
+
+VerifyReport CacheStore::verify_all() {
+  std::vector<FileId> ids;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.state == State::kReady && !e.doomed) {
+        ids.push_back(id);
+      }
+    }
+  }
+  VerifyReport report;
+  for (FileId id : ids) {
+    std::string name;
+    uint64_t size = 0;
+    uint64_t expected = 0;
+    FileVersion version;
+    {
+      MutexLock lock(mu_);
+      auto it = entries_.find(id);
+      if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
+        continue;  // evicted or dropped since the list was made
+      }
+      ++it->second.pins;  // not evicted while we read it
+      name = CacheDir::object_name(it->second.key);
+      size = it->second.size();
+      expected = it->second.hash;
+      version = it->second.version;
+    }
+    UniqueFd fd = open_object(name);
+    struct stat st;
+    bool good = fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size);
+    if (good) {
+      auto actual = hash_fd(fd.get(), size);
+      good = actual.is_ok() && actual.value() == expected;
+    }
+    {
+      MutexLock lock(mu_);
+      auto it = entries_.find(id);
+      ++report.checked;
+      report.bytes += size;
+      if (!good && it != entries_.end()) {
+        it->second.doomed = true;
+        ++counters_.dropped_damaged;
+        ++report.damaged;
+      } else if (it != entries_.end()) {
+        it->second.verify_pending = false;
+      }
+    }
+    if (!good) {
+      log(LogLevel::kWarning, "cache: copy %s is damaged; dropped", name.c_str());
+      report.dropped.push_back(version);
+    }
+    unpin(id);  // removes the copy if it was found damaged
+  }
+  return report;
+}
+
+}  // namespace epochfs::cachestore
