@@ -112,6 +112,7 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   }
   if (!manifest_) {
     manifest_ = planner_.manifest(publisher_, parser_.header());
+    blocks_ = manifest_ && holds_blocks(*manifest_);
   }
   const uint32_t index = *parse_index(entry);
   if (!manifest_) {
@@ -120,16 +121,21 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
     rejects_.add(line, "index past the manifest's end", entry);
   } else if ((*manifest_)[index] == Planner::kNoFile) {
     rejects_.add(line, "index names a rejected manifest line", entry);
-  } else {
-    entries_.push_back((*manifest_)[index]);
+  } else if (!blocks_ || entries_.empty() || entries_.back() != (*manifest_)[index]) {
+    entries_.push_back((*manifest_)[index]);  // a run of samples in one block: one entry
   }
 }
 
-void OrderUpload::add_range(std::string_view entry, uint64_t line) {
-  if (kind_ == Kind::kManifest) {
-    rejects_.add(line, "a manifest of ranges is not supported yet", entry);
-    return;
+bool OrderUpload::holds_blocks(const std::vector<FileId>& manifest) const {
+  for (FileId id : manifest) {
+    if (id != Planner::kNoFile) {
+      return parse_block_key(registry_.path_of(id)).has_value();
+    }
   }
+  return false;
+}
+
+void OrderUpload::add_range(std::string_view entry, uint64_t /*line*/) {
   const char* why = "";
   const auto range = parse_range(entry, &why);  // the parser wrote it: well-formed
   if (!range) {
@@ -137,6 +143,17 @@ void OrderUpload::add_range(std::string_view entry, uint64_t line) {
   }
   if (!registered(file_marker_key(range->path)) || !registered(std::string(range->path))) {
     return;  // over the path memory limit: the upload is broken
+  }
+  if (kind_ == Kind::kManifest) {
+    // Index i of a manifest names the i-th entry line, here its range's first block (a range
+    // crossing a block's end is staged by its first block only).
+    auto id = registered(block_key(range->path, range->first_block()));
+    if (!id || !make_room(parser_.entry_lines(), 0)) {
+      return;
+    }
+    entries_.resize(parser_.entry_lines() - 1, Planner::kNoFile);
+    entries_.push_back(*id);
+    return;
   }
   for (uint64_t b = range->first_block(); b <= range->last_block(); ++b) {
     std::string key = block_key(range->path, b);
@@ -255,8 +272,9 @@ const PublishReport& OrderUpload::finish() {
     report_ = refuse("not published: no usable entries");
   } else {
     const EntrySample sample = look_up_sample();
-    report_ = planner_.publish(publisher_, parser_.header(), std::move(entries_),
-                               std::move(rejects_), sample);
+    report_ =
+        planner_.publish(publisher_, parser_.header(), std::move(entries_), std::move(rejects_),
+                         sample, blocks_ || parser_.form() == OrderForm::kRanges);
   }
   drop_held();  // what was published is the job's now, held against its entry limit
   return *report_;

@@ -68,8 +68,10 @@ class OrderUpload {
  private:
   void add_entry(std::string_view entry, uint64_t line);
   // An entry of a range order: its blocks (prefetch/blocks.h), a run of samples in one block
-  // counted once, and the file marked as read by blocks.
+  // counted once, and the file marked as read by blocks; of a range manifest: its first block.
   void add_range(std::string_view entry, uint64_t line);
+  // Whether a manifest's entries are blocks (a range manifest's), by its first usable entry.
+  bool holds_blocks(const std::vector<FileId>& manifest) const;
   // The id of key, registered now (and charged to the writer) if new; nullopt if the charge
   // was refused, which breaks the upload.
   std::optional<FileId> registered(const std::string& key);
@@ -104,6 +106,7 @@ class OrderUpload {
   std::vector<uint32_t> pending_ends_;                   // the end of each in pending_paths_
   std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
   std::string last_block_;                               // the last range entry's last block
+  bool blocks_ = false;  // an index-form order over a range manifest: its entries are blocks
   uint64_t next_offset_ = 0;
   std::optional<std::string> broken_;  // why the upload cannot publish
   bool over_limit_ = false;            // broken by a limit

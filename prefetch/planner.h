@@ -152,9 +152,11 @@ class Planner final : public cachestore::NextUseOracle {
   void stop();
 
   // Publishes a parsed order (entries already mapped to file ids) into the job of publisher
-  // that header names (prefetch/jobs.h).
+  // that header names (prefetch/jobs.h). blocks: its entries are blocks of a range order
+  // (prefetch/blocks.h), whose repeats are thinned rather than dropped.
   PublishReport publish(const Publisher& publisher, const OrderHeader& header,
-                        std::vector<FileId> entries, RejectReport rejects, EntrySample sample = {});
+                        std::vector<FileId> entries, RejectReport rejects, EntrySample sample = {},
+                        bool blocks = false);
   // Publishes a manifest, header.manifest's (or "default") of its job: index i of an
   // index-form order names manifest[i]. Entries rejected while parsing keep their index as
   // kNoFile.

@@ -188,14 +188,14 @@ std::string sample_note(const EntrySample& sample) {
 
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
                                std::vector<FileId> entries, RejectReport rejects,
-                               EntrySample sample) {
+                               EntrySample sample, bool blocks) {
   PublishReport report;
   report.uid = publisher.uid;
   report.sample = sample;
   report.stream = header.stream.value_or(kDefaultStream);
   report.rejects = std::move(rejects);
   report.accepted = entries.size();
-  if (header.form == OrderForm::kRanges) {
+  if (blocks) {
     // Set before the order is in place: its files are read by blocks from their next open.
     ranges_published_.store(true, std::memory_order_release);
     thin_repeats(entries);  // accepted: the blocks named, before thinning

@@ -114,6 +114,35 @@ TEST_CASE("a range order stages the blocks it names, and every sample reads the 
   CHECK(read_file(mount / "data.bin") == bytes);
 }
 
+TEST_CASE("orders of indices into a manifest of ranges stage their samples' blocks",
+          "[mount][ranges]") {
+  // The compact form: the ranges once, then each epoch's order as sample indices.
+  TempDir dir;
+  constexpr uint64_t kSize = 5 * kBlock + 999;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 9);
+  Mount mount(dir / "src", dir / "mnt");
+  const auto samples = random_samples(kSize, 400, 20000, 10);
+  REQUIRE(publish(mount, range_order(samples, "data.bin"), "manifest") == 0);
+  std::vector<size_t> order(samples.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::shuffle(order.begin(), order.end(), std::mt19937(11));
+  std::string text = "#form indices\n";
+  std::vector<Sample> in_order;
+  std::set<uint64_t> first_blocks;
+  for (size_t i : order) {
+    text += std::to_string(i) + "\n";
+    in_order.push_back(samples[i]);
+    first_blocks.insert(samples[i].offset / kBlock);
+  }
+  REQUIRE(publish(mount, text) == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == first_blocks.size());
+  CHECK(read_samples(mount / "data.bin", in_order, bytes) == 0);
+  CHECK(stat_of(mount, "block_hits") > 0);
+}
+
 TEST_CASE("a file read by blocks with none cached is read from the source and then cached",
           "[mount][ranges]") {
   // The order names the blocks, but staging has no room until the reader comes: --lookahead 1

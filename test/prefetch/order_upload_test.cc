@@ -204,3 +204,35 @@ TEST_CASE("a range order names each block a run of samples falls in, thinned pas
 
 }  // namespace
 }  // namespace epochfs::prefetch
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST_CASE("an index order over a manifest of ranges names their blocks, a run once", "[upload]") {
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  {
+    OrderUpload manifest(OrderUpload::Kind::kManifest, me(), registry, planner);
+    // Samples 0 and 1 in block 0, sample 2 in block 1; a bad line keeps its index.
+    const std::string text =
+        "#job j\n#form ranges\n0 100 d.bin\n100 100 d.bin\nbad line\n1048600 100 d.bin\n";
+    REQUIRE(manifest.write(0, text).is_ok());
+    const PublishReport& r = manifest.finish();
+    INFO(r.message);
+    REQUIRE(r.ok);
+    CHECK(r.rejects.total == 1);
+  }
+  OrderUpload order(OrderUpload::Kind::kOrder, me(), registry, planner);
+  REQUIRE(order.write(0, "#job j\n#form indices\n0\n1\n3\n1\n2\n").is_ok());
+  const PublishReport& r = order.finish();
+  INFO(r.message);
+  CHECK(r.ok);
+  CHECK(r.accepted == 3);       // block 0 (samples 0, 1), block 1, block 0 again
+  CHECK(r.rejects.total == 1);  // index 2: the bad manifest line
+  REQUIRE(planner.stats().streams.size() == 1);
+  CHECK(planner.stats().streams[0].current.length == 3);
+  CHECK(planner.ranges_published());
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch

@@ -46,6 +46,7 @@ __all__ = [
     "publish",
     "publish_ranges",
     "set_manifest",
+    "set_range_manifest",
     "stats",
 ]
 
@@ -148,6 +149,21 @@ def set_manifest(mount, paths, *, name=None, job=None):
     header = _header(job=job, manifest=name)
     lines, count = _counted((_relative(root, p) for p in paths), paths)
     _write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines)
+
+
+def set_range_manifest(mount, ranges, *, name=None, job=None):
+    """Publishes a manifest of byte ranges: index ``i`` of an index-form order names sample
+    ``i``, ``ranges[i]`` = ``(path, offset, length)`` (:mod:`epochfs.ranges` computes them).
+
+    The compact form of :func:`publish_ranges` for large datasets: the ranges once, then each
+    epoch's order as indices (:func:`publish` with ints). A sample is staged by the block its
+    range starts in. ``name``, ``job`` and the errors are :func:`set_manifest`'s.
+    """
+    root = _root(mount)
+    header = ["#form ranges"] + _header(job=job, manifest=name)
+    lines, count = _counted((_range_line(root, r) for r in ranges), ranges)
+    _write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines,
+           needs_format=ORDER_FORMAT)
 
 
 def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, restart=False):

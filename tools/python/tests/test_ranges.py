@@ -131,3 +131,20 @@ def test_for_indices_and_bad_ranges(workdir):
             epochfs.publish_ranges(m.path, [(path, 0, 0)])
     finally:
         m.unmount()
+
+
+def test_a_range_manifest_then_orders_of_indices(workdir):
+    src, m = mounted(workdir, {"a.npy": lambda p: np.save(p, array)})
+    try:
+        ranges = epochfs.ranges.npy(os.path.join(src, "a.npy"), range(ROWS))
+        epochfs.set_range_manifest(m.path, in_mount(ranges, src, m.path))
+        order = random.Random(5).sample(range(ROWS), ROWS)
+        published = epochfs.publish(m.path, order, epoch=0)
+        assert published.accepted > 0
+        staged(m, ranges)
+        rows = np.load(os.path.join(m.path, "a.npy"), mmap_mode="r")
+        for i in order:
+            assert np.array_equal(rows[i], array[i])
+        assert m.stats()["block_hits"] > 0
+    finally:
+        m.unmount()
