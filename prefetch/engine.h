@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "cachestore/cache_store.h"
 #include "cachestore/root_dir.h"
@@ -87,9 +88,13 @@ struct EngineOptions {
   bool serve_cached_in_outage = true;
 };
 
-// The reads of one open of a file read by blocks (prefetch/blocks.h): the block last read,
-// whose use was counted.
+// The reads of one open of a file read by blocks (prefetch/blocks.h): its path, kept so that
+// a READ asks the registry only for its block's id, and the block last read, whose use was
+// counted.
 struct BlockReads {
+  explicit BlockReads(std::string p) : path(std::move(p)) {}
+
+  const std::string path;  // the file's, relative: its blocks' keys are made from it
   std::atomic<uint64_t> last_block{UINT64_MAX};
 };
 

@@ -30,7 +30,7 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path) {
   auto file = open_source(id, rel_path, true);
   if (file.is_ok()) {
-    file.value().blocks = std::make_shared<BlockReads>();
+    file.value().blocks = std::make_shared<BlockReads>(rel_path);
   }
   return file;
 }
@@ -56,7 +56,7 @@ Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t
 
 Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
                           std::optional<uid_t> reader, char* out) {
-  const std::string key = block_key(registry_.path_of(file.id), block);
+  const std::string key = block_key(file.blocks->path, block);
   const auto id = registry_.find(key);
   const auto from_source = [&]() -> Status {
     block_misses_.fetch_add(1, kRelaxed);
