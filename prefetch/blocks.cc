@@ -68,12 +68,6 @@ std::string block_key(std::string_view path, uint64_t block) {
   return key;
 }
 
-std::string file_marker_key(std::string_view path) {
-  std::string key(path);
-  key += "//";
-  return key;
-}
-
 std::optional<BlockOf> parse_block_key(std::string_view key) {
   const size_t at = key.rfind("//");
   if (at == std::string_view::npos || at == 0 || at + 2 == key.size()) {

@@ -9,8 +9,8 @@
 // part of the engine that works per FileId (the schedule, next-use eviction, flights, the cache
 // store, verify) then works per block unchanged: a block's cached copy is a cache object of its
 // own, at most kBlockBytes long, whose version is the source file's with the block's length.
-// The file itself is marked as read by blocks (file_marker_key) when an order names it, so
-// that its opens serve reads block by block (Engine::read_blocks).
+// The publisher's opens of the file then serve reads block by block (Engine::read_blocks;
+// who reads which file so: prefetch/block_readers.h).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -51,9 +51,8 @@ std::optional<Range> parse_range(std::string_view text, const char** why);
 // "OFFSET LENGTH PATH" for a parsed range with its normalised path.
 std::string format_range(uint64_t offset, uint64_t length, std::string_view path);
 
-// The registry key of path's block number block, and the key marking path as read by blocks.
+// The registry key of path's block number block.
 std::string block_key(std::string_view path, uint64_t block);
-std::string file_marker_key(std::string_view path);
 
 // A block key taken apart; nullopt for any other registry path.
 struct BlockOf {

@@ -256,7 +256,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
     return open_source(0, rel_path, true);
   }
   const FileId id = registry_.id_of(rel_path);
-  if (planner_->ranges_published() && registry_.find(file_marker_key(rel_path))) {
+  if (planner_->reads_by_blocks(id, opener)) {
     return open_block_file(id, rel_path);
   }
   const auto stream = planner_->on_open(id, opener);

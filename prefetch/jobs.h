@@ -98,6 +98,9 @@ struct Job {
   std::shared_ptr<const Credentials> reader;
   std::vector<size_t> streams;  // schedule slots
   std::map<std::string, std::shared_ptr<const std::vector<FileId>>> manifests;
+  // The files its range orders and manifests read by blocks (prefetch/block_readers.h), by
+  // "stream NAME" or "manifest NAME"; distinct, sorted.
+  std::map<std::string, std::vector<FileId>> block_files;
   int64_t last_active_ns = 0;
 };
 

@@ -112,7 +112,7 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   }
   if (!manifest_) {
     manifest_ = planner_.manifest(publisher_, parser_.header());
-    blocks_ = manifest_ && holds_blocks(*manifest_);
+    block_files_ = planner_.manifest_block_files(publisher_, parser_.header());
   }
   const uint32_t index = *parse_index(entry);
   if (!manifest_) {
@@ -121,18 +121,23 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
     rejects_.add(line, "index past the manifest's end", entry);
   } else if ((*manifest_)[index] == Planner::kNoFile) {
     rejects_.add(line, "index names a rejected manifest line", entry);
-  } else if (!blocks_ || entries_.empty() || entries_.back() != (*manifest_)[index]) {
+  } else if (block_files_.empty() || entries_.empty() || entries_.back() != (*manifest_)[index]) {
     entries_.push_back((*manifest_)[index]);  // a run of samples in one block: one entry
   }
 }
 
-bool OrderUpload::holds_blocks(const std::vector<FileId>& manifest) const {
-  for (FileId id : manifest) {
-    if (id != Planner::kNoFile) {
-      return parse_block_key(registry_.path_of(id)).has_value();
-    }
+void OrderUpload::add_block_file(FileId file) {
+  if (!block_files_.empty() && block_files_.back() == file) {
+    return;
   }
-  return false;
+  block_files_.push_back(file);
+  // Ranges alternating between files would add one per entry: kept to twice the distinct ones
+  // (and never more than the entries, which are charged).
+  if (block_files_.size() >= 2 * block_files_distinct_ + 64) {
+    std::sort(block_files_.begin(), block_files_.end());
+    block_files_.erase(std::unique(block_files_.begin(), block_files_.end()), block_files_.end());
+    block_files_distinct_ = block_files_.size();
+  }
 }
 
 void OrderUpload::add_range(std::string_view entry, uint64_t /*line*/) {
@@ -141,9 +146,11 @@ void OrderUpload::add_range(std::string_view entry, uint64_t /*line*/) {
   if (!range) {
     return;
   }
-  if (!registered(file_marker_key(range->path)) || !registered(std::string(range->path))) {
+  const auto file = registered(std::string(range->path));
+  if (!file) {
     return;  // over the path memory limit: the upload is broken
   }
+  add_block_file(*file);
   if (kind_ == Kind::kManifest) {
     // Index i of a manifest names the i-th entry line, here its range's first block (a range
     // crossing a block's end is staged by its first block only).
@@ -267,14 +274,13 @@ const PublishReport& OrderUpload::finish() {
   if (kind_ == Kind::kManifest) {
     entries_.resize(parser_.entry_lines(), Planner::kNoFile);
     report_ = planner_.publish_manifest(publisher_, parser_.header(), std::move(entries_),
-                                        std::move(rejects_));
+                                        std::move(rejects_), std::move(block_files_));
   } else if (entries_.empty()) {
     report_ = refuse("not published: no usable entries");
   } else {
     const EntrySample sample = look_up_sample();
-    report_ =
-        planner_.publish(publisher_, parser_.header(), std::move(entries_), std::move(rejects_),
-                         sample, blocks_ || parser_.form() == OrderForm::kRanges);
+    report_ = planner_.publish(publisher_, parser_.header(), std::move(entries_),
+                               std::move(rejects_), sample, std::move(block_files_));
   }
   drop_held();  // what was published is the job's now, held against its entry limit
   return *report_;

@@ -68,10 +68,10 @@ class OrderUpload {
  private:
   void add_entry(std::string_view entry, uint64_t line);
   // An entry of a range order: its blocks (prefetch/blocks.h), a run of samples in one block
-  // counted once, and the file marked as read by blocks; of a range manifest: its first block.
+  // counted once, and its file among those read by blocks; of a range manifest: its first
+  // block.
   void add_range(std::string_view entry, uint64_t line);
-  // Whether a manifest's entries are blocks (a range manifest's), by its first usable entry.
-  bool holds_blocks(const std::vector<FileId>& manifest) const;
+  void add_block_file(FileId file);
   // The id of key, registered now (and charged to the writer) if new; nullopt if the charge
   // was refused, which breaks the upload.
   std::optional<FileId> registered(const std::string& key);
@@ -106,7 +106,10 @@ class OrderUpload {
   std::vector<uint32_t> pending_ends_;                   // the end of each in pending_paths_
   std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
   std::string last_block_;                               // the last range entry's last block
-  bool blocks_ = false;  // an index-form order over a range manifest: its entries are blocks
+  // The files this upload's entries are blocks of: a range order's or manifest's, or those of
+  // the range manifest an index order indexes. Empty for whole files.
+  std::vector<FileId> block_files_;
+  size_t block_files_distinct_ = 0;  // its size when last made distinct
   uint64_t next_offset_ = 0;
   std::optional<std::string> broken_;  // why the upload cannot publish
   bool over_limit_ = false;            // broken by a limit

@@ -31,6 +31,7 @@
 #include "cachestore/eviction_policy.h"
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
+#include "prefetch/block_readers.h"
 #include "prefetch/jobs.h"
 #include "prefetch/lookahead.h"
 #include "prefetch/order_parser.h"
@@ -152,16 +153,18 @@ class Planner final : public cachestore::NextUseOracle {
   void stop();
 
   // Publishes a parsed order (entries already mapped to file ids) into the job of publisher
-  // that header names (prefetch/jobs.h). blocks: its entries are blocks of a range order
-  // (prefetch/blocks.h), whose repeats are thinned rather than dropped.
+  // that header names (prefetch/jobs.h). block_files: for an order of ranges, the files whose
+  // blocks (prefetch/blocks.h) its entries are; their repeats are thinned rather than dropped,
+  // and the publisher reads those files by blocks while the stream holds the order.
   PublishReport publish(const Publisher& publisher, const OrderHeader& header,
                         std::vector<FileId> entries, RejectReport rejects, EntrySample sample = {},
-                        bool blocks = false);
+                        std::vector<FileId> block_files = {});
   // Publishes a manifest, header.manifest's (or "default") of its job: index i of an
   // index-form order names manifest[i]. Entries rejected while parsing keep their index as
-  // kNoFile.
+  // kNoFile. block_files: as for publish, for a manifest of ranges.
   PublishReport publish_manifest(const Publisher& publisher, const OrderHeader& header,
-                                 std::vector<FileId> manifest, RejectReport rejects);
+                                 std::vector<FileId> manifest, RejectReport rejects,
+                                 std::vector<FileId> block_files = {});
   static constexpr FileId kNoFile = UINT32_MAX;
   // Records (and logs) an upload that cannot be published; report.message says why.
   // over_limit: refused by a limit (counted in publishes_over_limit).
@@ -176,6 +179,9 @@ class Planner final : public cachestore::NextUseOracle {
   // The manifest an index-form order of publisher with this header indexes; null if none.
   std::shared_ptr<const std::vector<FileId>> manifest(const Publisher& publisher,
                                                       const OrderHeader& header) const;
+  // The files that manifest's entries are blocks of (empty for a manifest of whole files).
+  std::vector<FileId> manifest_block_files(const Publisher& publisher,
+                                           const OrderHeader& header) const;
 
   // Ends the jobs whose processes have all exited or that have been idle too long: their
   // streams and manifests go, and their copies become ordinary cache entries. The planning
@@ -186,8 +192,10 @@ class Planner final : public cachestore::NextUseOracle {
   // of the opener's own jobs, or of the mount's (--shuffle-file).
   std::optional<size_t> on_open(FileId id, std::optional<uid_t> opener = std::nullopt);
 
-  // Whether a range order was ever published: until then no open looks for block files.
-  bool ranges_published() const { return ranges_published_.load(std::memory_order_acquire); }
+  // Whether opener reads id by blocks now (prefetch/block_readers.h).
+  bool reads_by_blocks(FileId id, std::optional<uid_t> opener) const {
+    return block_readers_.reads_by_blocks(id, opener);
+  }
 
   void count_open(size_t stream, const OpenOutcome& outcome);
   void count_source_bytes(size_t stream, uint64_t bytes);
@@ -220,6 +228,9 @@ class Planner final : public cachestore::NextUseOracle {
   void run();
   void plan_pass();
   void end_job(Job& job) REQUIRES(mu_);
+  // What job's stream or manifest (key: "stream NAME", "manifest NAME") now reads by blocks,
+  // in place of what it did.
+  void set_block_files(Job& job, const std::string& key, std::vector<FileId> files) REQUIRES(mu_);
   // Entries users' jobs hold: uid's, or every user's (nullopt). The mount's own jobs aside.
   uint64_t entries_held(std::optional<uid_t> uid) const REQUIRES(mu_);
   cachestore::Status admission(const Job& job, const OrderHeader& header, bool manifest,
@@ -261,7 +272,7 @@ class Planner final : public cachestore::NextUseOracle {
   double mean_file_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t copies_measured_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::atomic<bool> ranges_published_{false};
+  BlockReaders block_readers_;            // its lock is a leaf: taken under mu_
   bool dirty_ GUARDED_BY(mu_) = false;    // something changed since the last planning pass
   bool passing_ GUARDED_BY(mu_) = false;  // a pass runs
 

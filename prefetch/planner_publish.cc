@@ -188,16 +188,14 @@ std::string sample_note(const EntrySample& sample) {
 
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
                                std::vector<FileId> entries, RejectReport rejects,
-                               EntrySample sample, bool blocks) {
+                               EntrySample sample, std::vector<FileId> block_files) {
   PublishReport report;
   report.uid = publisher.uid;
   report.sample = sample;
   report.stream = header.stream.value_or(kDefaultStream);
   report.rejects = std::move(rejects);
   report.accepted = entries.size();
-  if (blocks) {
-    // Set before the order is in place: its files are read by blocks from their next open.
-    ranges_published_.store(true, std::memory_order_release);
+  if (!block_files.empty()) {
     thin_repeats(entries);  // accepted: the blocks named, before thinning
   } else {
     drop_repeats(entries, report.rejects);
@@ -260,6 +258,9 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
         finish_after_count_[p.stream] = false;
         epoch_started_ns_[p.stream] = now_ns();
       }
+      // Before the order is in place would be better still; from here, the publisher's next
+      // open of a file it names by ranges reads it by blocks.
+      set_block_files(*job, "stream " + report.stream, std::move(block_files));
       note_rejects(p.stream, report.rejects);
       if (streams_[p.stream].current.opens == 0) {
         const auto view = schedule_.view(p.stream);
@@ -280,7 +281,8 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
 }
 
 PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderHeader& header,
-                                        std::vector<FileId> manifest, RejectReport rejects) {
+                                        std::vector<FileId> manifest, RejectReport rejects,
+                                        std::vector<FileId> block_files) {
   PublishReport report;
   report.uid = publisher.uid;
   const std::string name = header.manifest.value_or(kDefaultManifest);
@@ -306,6 +308,7 @@ PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderH
                          std::to_string(manifest.size()) + " paths, " +
                          std::to_string(report.rejects.total) + " skipped";
         job->manifests[name] = std::make_shared<const std::vector<FileId>>(std::move(manifest));
+        set_block_files(*job, "manifest " + name, std::move(block_files));
       }
     }
     report = record(std::move(report));
@@ -338,10 +341,39 @@ std::shared_ptr<const std::vector<FileId>> Planner::manifest(const Publisher& pu
   return m == job->manifests.end() ? nullptr : m->second;
 }
 
+std::vector<FileId> Planner::manifest_block_files(const Publisher& publisher,
+                                                  const OrderHeader& header) const {
+  MutexLock lock(mu_);
+  const Job* job = jobs_.find(publisher, header.job);
+  if (job == nullptr) {
+    return {};
+  }
+  auto files = job->block_files.find("manifest " + header.manifest.value_or(kDefaultManifest));
+  return files == job->block_files.end() ? std::vector<FileId>() : files->second;
+}
+
+void Planner::set_block_files(Job& job, const std::string& key, std::vector<FileId> files) {
+  const uint32_t reader = job.permanent ? BlockReaders::kAnyone : job.uid;
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  block_readers_.add(reader, files);  // added before removed: a file in both stays read so
+  auto held = job.block_files.find(key);
+  if (held != job.block_files.end()) {
+    block_readers_.remove(reader, held->second);
+    job.block_files.erase(held);
+  }
+  if (!files.empty()) {
+    job.block_files.emplace(key, std::move(files));
+  }
+}
+
 void Planner::end_job(Job& job) {
   for (size_t s : job.streams) {
     schedule_.drop_stream(s);
     reset_stream(s);
+  }
+  while (!job.block_files.empty()) {
+    set_block_files(job, job.block_files.begin()->first, {});
   }
   cachestore::log(LogLevel::kInfo, "job %s of user %u ended: %zu streams and %zu manifests dropped",
                   job.name.c_str(), static_cast<unsigned>(job.uid), job.streams.size(),

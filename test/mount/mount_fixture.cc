@@ -433,6 +433,15 @@ void wait_for_staging(const Mount& mount) {
   REQUIRE(idle);
 }
 
+double wait_for_stat(const Mount& mount, const std::string& key, double want) {
+  double v = stat_of(mount, key);
+  for (int i = 0; i < 1000 && v < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    v = stat_of(mount, key);
+  }
+  return v;
+}
+
 void write_files(const std::string& root, int count, uint64_t size, uint32_t version) {
   std::filesystem::create_directories(root);
   for (int i = 0; i < count; ++i) {

@@ -19,17 +19,6 @@
 namespace epochfs::test {
 namespace {
 
-// Polls key until it reaches at least want (events are counted by the daemon's threads), for
-// at most ten seconds; returns the last value.
-double wait_for_stat(const Mount& mount, const std::string& key, double want) {
-  double v = stat_of(mount, key);
-  for (int i = 0; i < 1000 && v < want; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    v = stat_of(mount, key);
-  }
-  return v;
-}
-
 std::string order_of(int first, int count, const std::string& header) {
   std::string text = header;
   for (int i = first; i < first + count; ++i) {

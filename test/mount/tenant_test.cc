@@ -383,4 +383,50 @@ TEST_CASE("a user's publishes look entries up in the source at a bounded rate", 
 }
 
 }  // namespace
+
+TEST_CASE("one user's range order changes how only that user's job reads the file",
+          "[mount][tenant][ranges]") {
+  Node node(1);
+  const std::string data = node.dir / "src/data.bin";
+  std::string bytes(4 << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<char>(i * 7 + i / 4096);
+  }
+  std::ofstream(data, std::ios::binary) << bytes;
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  const auto block_reads = [&] {
+    return stat_of(mount, "block_hits") + stat_of(mount, "block_misses");
+  };
+  // Each read goes to the daemon: the kernel's pages of the file are dropped first.
+  const auto read_as = [&](uid_t uid) {
+    const int fd = ::open((mount / "data.bin").c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    ::close(fd);
+    return run_as(uid, [&] { return read_file(mount / "data.bin") == bytes ? 0 : 1; });
+  };
+  {
+    // The attacker's job says it reads data.bin by ranges, and stays alive.
+    Held attack(kAttacker, [&] {
+      return write_order(mount,
+                         "#job ranges\n#form ranges\n0 4096 data.bin\n2097152 4096 "
+                         "data.bin\n");
+    });
+    REQUIRE(attack.result() == 0);
+    wait_for_staging(mount);
+    // The attacker's own reads of the file go by blocks ...
+    CHECK(read_as(kAttacker) == 0);
+    const double after_attacker = block_reads();
+    CHECK(after_attacker > 0);
+    // ... the victim's, of the same file at the same time, whole as before.
+    CHECK(read_as(kVictim) == 0);
+    CHECK(block_reads() == after_attacker);
+  }
+  // The attacker's job ended with its process: its reads of the file are whole again.
+  REQUIRE(wait_for_stat(mount, "prefetch.jobs_ended", 1) == 1);
+  const double before = block_reads();
+  CHECK(read_as(kAttacker) == 0);
+  CHECK(block_reads() == before);
+}
+
 }  // namespace epochfs::test

@@ -196,8 +196,8 @@ TEST_CASE("a range order names each block a run of samples falls in, thinned pas
   // block 1, then adds block 2.
   CHECK(r.accepted == 2001);
   CHECK(r.rejects.total == 0);  // a block's uses are not repeats of a file
-  // The file, its marker and three blocks; 16 uses of each busy block are kept, evenly.
-  CHECK(f.registry.size() == 5);
+  // The file and three blocks; 16 uses of each busy block are kept, evenly.
+  CHECK(f.registry.size() == 4);
   REQUIRE(f.planner.stats().streams.size() == 1);
   CHECK(f.planner.stats().streams[0].current.length == 16 + 16 + 1);
 }
@@ -231,7 +231,10 @@ TEST_CASE("an index order over a manifest of ranges names their blocks, a run on
   CHECK(r.rejects.total == 1);  // index 2: the bad manifest line
   REQUIRE(planner.stats().streams.size() == 1);
   CHECK(planner.stats().streams[0].current.length == 3);
-  CHECK(planner.ranges_published());
+  // The publisher reads the file by blocks now, another user does not.
+  const FileId file = *registry.find("d.bin");
+  CHECK(planner.reads_by_blocks(file, me().uid));
+  CHECK_FALSE(planner.reads_by_blocks(file, me().uid + 1));
 }
 
 }  // namespace
