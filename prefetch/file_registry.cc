@@ -41,8 +41,17 @@ FileId FileRegistry::id_of(std::string_view path) {
   if (shard.ids[slot] != kEmpty) {
     return shard.ids[slot];
   }
-  const auto id = static_cast<FileId>(records_.size());
-  records_.push_back(Record{store_path(path)});
+  const uint32_t place = store_path(path);
+  FileId id;
+  if (recycled_.empty()) {
+    id = static_cast<FileId>(records_.size());
+    records_.push_back(Record{place});
+  } else {
+    id = recycled_.back();
+    recycled_.pop_back();
+    records_[id] = Record{place};
+    --released_;
+  }
   shard.ids[slot] = id;
   shard.tags[slot] = tag_of(hash);
   ++shard.used;
@@ -62,21 +71,99 @@ std::optional<FileId> FileRegistry::find(std::string_view path) const {
 
 uint32_t FileRegistry::store_path(std::string_view path) {
   const size_t need = path.size() + 1;
-  if (chunk_used_ + need > kChunkBytes) {
-    if (arena_.size() >= kMaxChunks) {
-      throw std::bad_alloc();
-    }
-    // A path longer than a chunk (never from the kernel: PATH_MAX is 4096) gets its own.
-    arena_.push_back(std::make_unique<char[]>(std::max(need, kChunkBytes)));
-    chunk_used_ = 0;
+  if (current_ == UINT32_MAX || chunks_[current_].used + need > kChunkBytes) {
+    new_chunk(need);
   }
-  const auto place = static_cast<uint32_t>((arena_.size() - 1) << kChunkBits | chunk_used_);
-  char* at = arena_.back().get() + chunk_used_;
+  Chunk& chunk = chunks_[current_];
+  const auto place = static_cast<uint32_t>(size_t{current_} << kChunkBits | chunk.used);
+  char* at = chunk.bytes.get() + chunk.used;
   memcpy(at, path.data(), path.size());
   at[path.size()] = '\0';
   // A chunk's places are offsets below kChunkBytes: after a longer path, the next starts anew.
-  chunk_used_ = std::min(chunk_used_ + need, kChunkBytes);
+  chunk.used = std::min(chunk.used + need, kChunkBytes);
+  chunk.live += need;
   return place;
+}
+
+void FileRegistry::new_chunk(size_t need) {
+  if (free_chunks_.empty() && chunks_.size() >= kMaxChunks) {
+    throw std::bad_alloc();
+  }
+  // A path longer than a chunk (never from the kernel: PATH_MAX is 4096) gets its own.
+  auto bytes = std::make_unique<char[]>(std::max(need, kChunkBytes));
+  if (free_chunks_.empty()) {
+    free_chunks_.push_back(static_cast<uint32_t>(chunks_.size()));
+    chunks_.emplace_back();
+  }
+  current_ = free_chunks_.back();
+  free_chunks_.pop_back();
+  chunks_[current_] = Chunk{std::move(bytes), 0, 0};
+}
+
+void FileRegistry::release(FileId id) {
+  MutexLock lock(mu_);
+  if (id >= records_.size() || records_[id].path >= kRecycled) {
+    return;
+  }
+  const uint32_t place = records_[id].path;
+  const std::string_view path(path_at(place));
+  const uint64_t hash = hash_of(path);
+  Shard& shard = shard_of(hash);
+  erase_slot(shard, find_slot(shard, path, hash));  // the slot holding id: its path is id's
+  const uint32_t chunk = place >> kChunkBits;
+  chunks_[chunk].live -= path.size() + 1;
+  records_[id] = Record{kReleased};
+  ++released_;
+  // Under half live: its live paths move to the current chunk (at most half a chunk's bytes
+  // copied for at least half a chunk freed), so dead bytes never pass the live ones.
+  if (chunk != current_ && 2 * chunks_[chunk].live < chunks_[chunk].used) {
+    evacuate(chunk);
+  }
+}
+
+void FileRegistry::recycle(FileId id) {
+  MutexLock lock(mu_);
+  if (id < records_.size() && records_[id].path == kReleased) {
+    records_[id].path = kRecycled;  // once: twice would give two paths one id
+    recycled_.push_back(id);
+  }
+}
+
+void FileRegistry::evacuate(uint32_t chunk) {
+  // Walks the chunk's paths, dead ones too (their bytes stay until the chunk goes): a path is
+  // live here if the index gives an id whose record points at this very place.
+  const char* bytes = chunks_[chunk].bytes.get();
+  for (size_t at = 0; at < chunks_[chunk].used;) {
+    const std::string_view path(bytes + at);
+    const auto place = static_cast<uint32_t>(size_t{chunk} << kChunkBits | at);
+    const uint64_t hash = hash_of(path);
+    const FileId id = shard_of(hash).ids[find_slot(shard_of(hash), path, hash)];
+    if (id != kEmpty && records_[id].path == place) {
+      chunks_[chunk].live -= path.size() + 1;
+      records_[id].path = store_path(path);  // never this chunk: it is not the current one
+    }
+    at += path.size() + 1;
+  }
+  chunks_[chunk] = Chunk{};
+  free_chunks_.push_back(chunk);
+}
+
+void FileRegistry::erase_slot(Shard& shard, size_t slot) {
+  const size_t mask = shard.ids.size() - 1;
+  size_t hole = slot;
+  for (size_t j = (hole + 1) & mask; shard.ids[j] != kEmpty; j = (j + 1) & mask) {
+    const size_t home = hash_of(path_at(records_[shard.ids[j]].path)) & mask;
+    // The entry at j may fill the hole if its probe passed the hole: its home is not in
+    // (hole, j], cyclically.
+    if (((j - home) & mask) >= ((j - hole) & mask)) {
+      shard.ids[hole] = shard.ids[j];
+      shard.tags[hole] = shard.tags[j];
+      hole = j;
+    }
+  }
+  shard.ids[hole] = kEmpty;
+  shard.tags[hole] = 0;
+  --shard.used;
 }
 
 size_t FileRegistry::find_slot(const Shard& shard, std::string_view path, uint64_t hash) const {
@@ -113,7 +200,7 @@ size_t FileRegistry::most_rehashed_at_once() const {
 
 void FileRegistry::observe(FileId id, const struct stat& st) {
   MutexLock lock(mu_);
-  if (id < records_.size()) {
+  if (id < records_.size() && records_[id].path < kRecycled) {
     const FileVersion v = FileVersion::of(st);
     Record& r = records_[id];
     r.size = v.size;
@@ -159,12 +246,19 @@ std::optional<struct stat> FileRegistry::last_observed(FileId id) const {
 
 std::string FileRegistry::path_of(FileId id) const {
   MutexLock lock(mu_);
-  return id < records_.size() ? std::string(path_at(records_[id].path)) : std::string();
+  return id < records_.size() && records_[id].path < kRecycled
+             ? std::string(path_at(records_[id].path))
+             : std::string();
 }
 
 size_t FileRegistry::size() const {
   MutexLock lock(mu_);
-  return records_.size();
+  return records_.size() - released_;
+}
+
+size_t FileRegistry::arena_bytes() const {
+  MutexLock lock(mu_);
+  return (chunks_.size() - free_chunks_.size()) * kChunkBytes;
 }
 
 }  // namespace epochfs::prefetch

@@ -1,8 +1,14 @@
 #include "prefetch/file_registry.h"
 
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <catch2/catch.hpp>
+
+#include <rapidcheck/catch.h>
 
 namespace epochfs::prefetch {
 
@@ -83,6 +89,115 @@ TEST_CASE("the last observed attributes are kept, however old", "[registry]") {
   CHECK(got->st_mtim.tv_nsec == 5);
   CHECK(got->st_ctim.tv_nsec == 6);
   CHECK(r.last_observed(b)->st_size == 456);
+}
+
+TEST_CASE("a released path is forgotten, and its id handed out again once recycled", "[registry]") {
+  FileRegistry r;
+  const FileId a = r.id_of("a");
+  const FileId b = r.id_of("b");
+  r.release(a);
+  CHECK(r.find("a") == std::nullopt);
+  CHECK(r.path_of(a).empty());
+  CHECK(r.size() == 1);
+  CHECK(r.find("b") == b);
+  // Not recycled yet: a new path gets a new id, and "a" again is a new path.
+  const FileId c = r.id_of("c");
+  CHECK(c != a);
+  const FileId a2 = r.id_of("a");
+  CHECK(a2 != a);
+  r.release(c);
+  r.recycle(c);
+  r.recycle(c);  // twice is once
+  r.recycle(b);  // not released: no effect
+  CHECK(r.id_of("d") == c);
+  CHECK(r.path_of(c) == "d");
+  CHECK(r.id_of("e") != c);
+  CHECK(r.find("b") == b);
+}
+
+TEST_CASE("released paths give their arena memory back", "[registry]") {
+  FileRegistry r;
+  const std::string pad(200, 'p');
+  const auto path = [&](int round, int i) {
+    return pad + std::to_string(round) + "/" + std::to_string(i);
+  };
+  // Rounds of an order's worth of new paths (~10 MiB), each forgotten when its job ends but
+  // for one path in 50, kept among them (its chunk's live paths move when the chunk empties).
+  std::map<std::string, FileId> kept;
+  std::vector<FileId> ids;
+  size_t full = 0;
+  for (int round = 0; round < 6; ++round) {
+    for (FileId id : ids) {
+      r.release(id);
+      r.recycle(id);
+    }
+    ids.clear();
+    for (int i = 0; i < 50000; ++i) {
+      const FileId id = r.id_of(path(round, i));
+      if (i % 50 == 0) {
+        kept.emplace(path(round, i), id);
+      } else {
+        ids.push_back(id);
+      }
+    }
+    full = full == 0 ? r.arena_bytes() : full;
+    CHECK(r.arena_bytes() <= 2 * full + (2u << 20));
+    CHECK(r.size() == 49000 + kept.size());
+  }
+  for (FileId id : ids) {
+    r.release(id);
+  }
+  // What is left is twice the kept paths at most, and every one of them is found.
+  CHECK(r.arena_bytes() <= 2 * kept.size() * (pad.size() + 8) + (2u << 20));
+  for (const auto& [p, id] : kept) {
+    REQUIRE(r.find(p) == id);
+    REQUIRE(r.path_of(id) == p);
+  }
+}
+
+TEST_CASE("the registry under any mix of registers, releases and recycles", "[registry]") {
+  rc::prop("every live path keeps its id, every released one is gone", [] {
+    const auto steps = *rc::gen::container<std::vector<std::tuple<uint8_t, uint16_t>>>(
+        rc::gen::arbitrary<std::tuple<uint8_t, uint16_t>>());
+    FileRegistry r;
+    std::map<std::string, FileId> live;
+    std::vector<FileId> released;
+    size_t live_bytes = 0;
+    for (const auto& [op, n] : steps) {
+      // Paths of many lengths, few enough that they recur.
+      const std::string path = std::string(n % 700, 'x') + std::to_string(n % 97);
+      if (op % 3 != 0) {
+        const FileId id = r.id_of(path);
+        auto [it, added] = live.try_emplace(path, id);
+        RC_ASSERT(it->second == id);
+        live_bytes += added ? path.size() + 1 : 0;
+      } else if (op % 2 == 0 && !live.empty()) {
+        auto it = std::next(live.begin(), n % live.size());
+        r.release(it->second);
+        released.push_back(it->second);
+        live_bytes -= it->first.size() + 1;
+        live.erase(it);
+      } else if (!released.empty()) {
+        r.recycle(released[n % released.size()]);
+      }
+    }
+    for (const auto& [path, id] : live) {
+      RC_ASSERT(r.find(path) == id);
+      RC_ASSERT(r.path_of(id) == path);
+    }
+    // A released id not handed out again names no path.
+    std::set<FileId> ids_live;
+    for (const auto& [path, id] : live) {
+      ids_live.insert(id);
+    }
+    for (FileId id : released) {
+      if (!ids_live.contains(id)) {
+        RC_ASSERT(r.path_of(id).empty());
+      }
+    }
+    RC_ASSERT(r.size() == live.size());
+    RC_ASSERT(r.arena_bytes() <= 2 * live_bytes + (2u << 20));
+  });
 }
 
 }  // namespace epochfs::prefetch
