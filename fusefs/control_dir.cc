@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "fusefs/metrics.h"
-#include "fusefs/passthrough.h"
 
 namespace epochfs::fusefs {
 
@@ -287,22 +286,21 @@ std::string verify_json(const cachestore::VerifyReport& r, bool cache_enabled) {
 }
 
 // How reads of cached files are served (fusefs/passthrough.h).
-void data_path_fields(std::ostringstream& out, bool implicit_opens) {
+void data_path_fields(std::ostringstream& out, const DataPathFigures& d, bool implicit_opens) {
   JsonObject o(out, 2);
-  const bool passthrough = passthrough::active();
-  o.field("mode", std::string(implicit_opens ? "no-open"
-                              : passthrough  ? "passthrough"
-                                             : "classic"));
-  o.field("classic_because", std::string(implicit_opens ? "" : passthrough::why_not()));
-  o.field("passthrough_opens", passthrough::opens());
-  o.field("source_passthrough_opens", passthrough::source_opens());
-  o.field("backing_files", passthrough::backing_files());
+  o.field("mode", std::string(implicit_opens  ? "no-open"
+                              : d.passthrough ? "passthrough"
+                                              : "classic"));
+  o.field("classic_because", std::string(implicit_opens ? "" : d.classic_because));
+  o.field("passthrough_opens", d.passthrough_opens);
+  o.field("source_passthrough_opens", d.source_passthrough_opens);
+  o.field("backing_files", d.backing_files);
   o.close();
 }
 
 std::string stats_json(const prefetch::EngineStats& s, const std::string& source, long pid,
-                       uint64_t inodes, bool implicit_opens, const VerifyFigures& verify,
-                       const RequestFigures& requests) {
+                       uint64_t inodes, const DataPathFigures& data_path, bool implicit_opens,
+                       const VerifyFigures& verify, const RequestFigures& requests) {
   std::ostringstream out;
   JsonObject o(out, 0);
   o.field("format", uint64_t{1});
@@ -330,20 +328,12 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("verify_opens_shared", verify.shared);
   request_fields(o.start("requests"), requests, s.opens);
   source_fields(o.start("source_health"), s.source);
-  data_path_fields(o.start("data_path"), implicit_opens);
+  data_path_fields(o.start("data_path"), data_path, implicit_opens);
   cache_fields(o.start("cache"), s);
   prefetch_fields(o.start("prefetch"), s);
   o.close();
   out << "\n";
   return out.str();
-}
-
-std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount,
-                             const VerifyFigures& verify, const RequestFigures& requests) {
-  return metrics_text(stats,
-                      DataPathFigures{passthrough::active(), passthrough::opens(),
-                                      passthrough::source_opens(), passthrough::backing_files()},
-                      mount, verify, requests);
 }
 
 }  // namespace epochfs::fusefs

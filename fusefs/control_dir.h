@@ -72,12 +72,10 @@ std::string verify_json(const cachestore::VerifyReport& report, bool cache_enabl
 // inodes: the entries the kernel holds references to now.
 // verify: how .epochfs/verify has been used (Filesystem::verify_document).
 // requests: the kernel's requests answered, by kind.
+// data_path: how reads are served; implicit_opens: the mount is no-open's (it then says so).
 std::string stats_json(const prefetch::EngineStats& stats, const std::string& source, long pid,
-                       uint64_t inodes, bool implicit_opens = false,
-                       const VerifyFigures& verify = {}, const RequestFigures& requests = {});
-
-// The Prometheus text served as .epochfs/metrics and written to --metrics-file.
-std::string metrics_document(const prefetch::EngineStats& stats, const MountLabels& mount,
-                             const VerifyFigures& verify, const RequestFigures& requests);
+                       uint64_t inodes, const DataPathFigures& data_path,
+                       bool implicit_opens = false, const VerifyFigures& verify = {},
+                       const RequestFigures& requests = {});
 
 }  // namespace epochfs::fusefs

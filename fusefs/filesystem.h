@@ -126,6 +126,8 @@ class Filesystem {
   std::string metrics() const;
   // The verifies run so far, for the stats and the metrics.
   VerifyFigures verify_figures() const;
+  // How reads reach cached files now (fusefs/passthrough.h), for the stats and the metrics.
+  static DataPathFigures data_path_figures();
 
   // The kernel's requests answered, by kind (the FUSE adapter counts them).
   RequestCounts& requests() { return requests_; }

@@ -13,6 +13,7 @@
 #include "cachestore/path.h"
 #include "fusefs/control_dir.h"
 #include "fusefs/filesystem.h"
+#include "fusefs/passthrough.h"
 
 namespace epochfs::fusefs {
 
@@ -45,10 +46,11 @@ std::string Filesystem::control_content(InodeId id, std::optional<uid_t> viewer)
       stats = as_seen_by(std::move(stats), *viewer);
     }
     if (id == kMetricsFileId) {
-      return metrics_document(stats, options_.labels, verify_figures(), requests_.figures());
+      return metrics_text(stats, data_path_figures(), options_.labels, verify_figures(),
+                          requests_.figures());
     }
-    return stats_json(stats, source_.path(), ::getpid(), inodes_.size(), options_.implicit_opens,
-                      verify_figures(), requests_.figures());
+    return stats_json(stats, source_.path(), ::getpid(), inodes_.size(), data_path_figures(),
+                      options_.implicit_opens, verify_figures(), requests_.figures());
   }
   return verify_document();
 }
@@ -207,7 +209,13 @@ std::string Filesystem::control_file_read(InodeId id, uint64_t offset, size_t si
 }
 
 std::string Filesystem::metrics() const {
-  return metrics_document(engine_.stats(), options_.labels, verify_figures(), requests_.figures());
+  return metrics_text(engine_.stats(), data_path_figures(), options_.labels, verify_figures(),
+                      requests_.figures());
+}
+
+DataPathFigures Filesystem::data_path_figures() {
+  return DataPathFigures{passthrough::active(), passthrough::why_not(), passthrough::opens(),
+                         passthrough::source_opens(), passthrough::backing_files()};
 }
 
 VerifyFigures Filesystem::verify_figures() const {

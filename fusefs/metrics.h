@@ -24,6 +24,7 @@ namespace epochfs::fusefs {
 // How reads are served, for the data-path metrics.
 struct DataPathFigures {
   bool passthrough = false;
+  const char* classic_because = "";  // why passthrough is not active (fusefs/passthrough.h)
   uint64_t passthrough_opens = 0;
   uint64_t source_passthrough_opens = 0;
   uint64_t backing_files = 0;

@@ -5,17 +5,11 @@
 #include <vector>
 
 #include "cachestore/cache_store.h"
+#include "fusefs/data_path.h"
 #include "fusefs/filesystem.h"
 #include "prefetch/engine.h"
 
 namespace epochfs::fusefs {
-
-// How reads of cached files reach the reader: kClassic, every read is a request to the daemon;
-// kPassthrough, the kernel reads cached copies itself where it can (Linux 6.9+, root), else
-// classic (fusefs/passthrough.h); kAuto, the same, logged as a choice rather than a demand;
-// kNoOpen, the kernel opens files without asking the daemon and keeps their pages
-// (fusefs/implicit_opens.h).
-enum class DataPath { kAuto, kClassic, kPassthrough, kNoOpen };
 
 struct MountOptions {
   std::string source;
@@ -42,10 +36,5 @@ struct MountOptions {
   // Extra -o options passed to libfuse as given.
   std::vector<std::string> fuse_options;
 };
-
-// Mounts, serves until unmounted or signalled (SIGINT, SIGTERM, SIGHUP), then unmounts.
-// Unless options.foreground, the process daemonizes once the mount is in place and the parent
-// returns 0. Returns the process exit code; prints a one-line reason on failure.
-int run_mount(const MountOptions& options);
 
 }  // namespace epochfs::fusefs

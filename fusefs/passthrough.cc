@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "cachestore/log.h"
+#include "cachestore/status.h"
 
 namespace epochfs::fusefs::passthrough {
 namespace {

@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
+#include "fusefs/data_path.h"
 #include "fusefs/fuse_ops.h"
-#include "fusefs/mount_options.h"
 #include "fusefs/passthrough_opens.h"
 
 namespace epochfs::fusefs::passthrough {

@@ -3,6 +3,8 @@
 // Order matters: the mount is made before fuse_daemonize() forks, so the parent returns only
 // once the kernel mount exists (the kernel queues requests until the loop answers INIT), and
 // no thread is started before the fork.
+#include "fusefs/session.h"
+
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -21,7 +23,6 @@
 #include "fusefs/fuse_ops.h"
 #include "fusefs/metrics.h"
 #include "fusefs/metrics_listener.h"
-#include "fusefs/mount_options.h"
 #include "fusefs/passthrough.h"
 #include "fusefs/worker_pool.h"
 

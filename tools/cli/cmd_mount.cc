@@ -13,6 +13,7 @@
 
 #include "cachestore/log.h"
 #include "cachestore/unique_fd.h"
+#include "fusefs/session.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
 
