@@ -320,6 +320,7 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("source_stats_ahead", s.stats_ahead);
   o.field("lookups_answered_ahead", s.fresh_lookups);
   o.field("files_known", s.files_known);
+  o.field("paths_released", s.paths_released);
   o.field("inodes", inodes);
   o.field("waits", s.waits);
   o.field("stall_seconds", static_cast<double>(s.stall_ns) / 1e9);

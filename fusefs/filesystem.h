@@ -219,6 +219,9 @@ class Filesystem {
   // The guard of calls into the source; the FUSE layer wakes it when a request is interrupted.
   prefetch::SourceGuard& source_guard() { return engine_.source_guard(); }
 
+  // Each request holds a ticket of it while served (prefetch/grace.h).
+  prefetch::Grace& grace() { return engine_.grace(); }
+
   // Watches one read of a cached copy (a cache disk that stops answering is noticed).
   cachestore::DiskWatch::Op watch_copy_read() { return engine_.watch_copy_read(); }
   cachestore::Result<struct statvfs> statfs();

@@ -308,6 +308,9 @@ template <typename... Args, void (*Op)(fuse_req_t, Args...), Request kind>
 struct Guarded<Op, kind> {
   static void call(fuse_req_t req, Args... args) {
     fs_of(req).requests().count(kind);
+    // The ids this request reads from the inode table, the registry or a handle are not handed
+    // out again for other paths until it is answered.
+    const prefetch::Grace::Ticket ticket(fs_of(req).grace());
     t_cancel.begin(req);
     prefetch::Cancel::Scope scope(&t_cancel);
     fuse_req_interrupt_func(req, on_interrupt, &t_cancel);

@@ -70,7 +70,8 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
 void Engine::start() {
   guard_.start([this] { planner_->replan(); });
   if (cache_ && !stager_) {
-    stager_ = std::make_unique<Stager>(options_.stage_threads, options_.max_pending_copies);
+    stager_ =
+        std::make_unique<Stager>(options_.stage_threads, options_.max_pending_copies, &grace_);
     planner_->start(this);
     cache_->start_cleanup();
   }
@@ -410,6 +411,7 @@ EngineStats Engine::stats() const {
   s.fresh_lookups = fresh_lookups_.load(kRelaxed);
   s.copies_dropped = copies_dropped_.load(kRelaxed);
   s.files_known = registry_.size();
+  s.paths_released = paths_released_.load(kRelaxed);
   s.upload_bytes = uploads_.total();
   s.path_bytes = paths_.total();
   s.uploads_over_limit = uploads_.refused();

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,7 @@
 #include "prefetch/file_registry.h"
 #include "prefetch/flights.h"
 #include "prefetch/fresh_attrs.h"
+#include "prefetch/grace.h"
 #include "prefetch/latency_histogram.h"
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
@@ -124,6 +126,7 @@ struct EngineStats {
   uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
   uint64_t copy_limit = 0;      // prefetch copies allowed in flight now (copy_concurrency.h)
   uint64_t files_known = 0;
+  uint64_t paths_released = 0;              // paths only ended jobs' orders named, forgotten
   uint64_t upload_bytes = 0;                // held by uploads being written
   uint64_t path_bytes = 0;                  // new paths users' orders added to the registry
   uint64_t uploads_over_limit = 0;          // writes refused by the upload memory limits
@@ -226,6 +229,11 @@ class Engine final : public PrefetchSink {
   // PrefetchSink, for the planner.
   unsigned prefetch_slots() override;
   bool prefetch(FileId id, size_t stream) override;
+  // Forgets the paths only ended jobs' orders named (engine_reclaim.cc).
+  void reclaim() override;
+
+  // What an operation that may hold a FileId holds a ticket of (prefetch/grace.h).
+  Grace& grace() { return grace_; }
 
   // Checks every cached copy against its recorded hash (epochfs verify). Slow: reads the cache.
   cachestore::VerifyReport verify_cache();
@@ -299,10 +307,23 @@ class Engine final : public PrefetchSink {
   // Whether rel_path names a file creds may read (an order's entry looked up as it is
   // published); nullopt if the source could not say.
   std::optional<bool> names_file(const std::string& rel_path, const Credentials& creds);
+  // The two steps of reclaim: candidates to release, released ids to recycle.
+  void release_candidates();
+  void recycle_released();
+  // Whether a copy (in flight, or in the cache) holds id.
+  bool copy_holds(FileId id);
+
+  // An id released, and by whom its record's charge is held, until it is recycled.
+  struct Released {
+    FileId id;
+    uid_t uid;
+    uint64_t epoch;  // the grace epoch it was released in
+  };
 
   // Dependencies, in destruction order reversed: the stager goes first, the planner last.
   const cachestore::RootDir& source_;
   const EngineOptions options_;
+  Grace grace_;  // outlives everything holding tickets
   std::unique_ptr<Planner> planner_;
   std::unique_ptr<cachestore::CacheStore> cache_;
   std::unique_ptr<BlockCopies> block_copies_;  // with the cache: open copies of blocks
@@ -319,6 +340,9 @@ class Engine final : public PrefetchSink {
   UserLedger paths_;                   // memory of the paths users' orders registered
   // Look-ups in the source as users publish (names_file): 64 at once, then 16 a second, each.
   UserRate look_ups_{16, 64};
+  std::deque<Released> released_;  // the planning thread's only (reclaim), as is:
+  int64_t last_reclaim_ns_ = 0;
+  std::atomic<uint64_t> paths_released_{0};
 
   // Counters. Relaxed: independent statistics, read as a snapshot.
   std::atomic<uint64_t> opens_{0};

@@ -52,11 +52,15 @@ bool Engine::prefetch(FileId id, size_t stream) {
     check_cached_entry(id, stream);
     return false;
   }
+  std::string path = registry_.path_of(id);
+  if (path.empty()) {
+    return false;  // released: an upload found it just before (engine_reclaim.cc)
+  }
   const uint64_t gen = flights_.begin_prefetch(id);
   if (gen == 0) {
     return false;
   }
-  auto job = [this, id, stream, gen, path = registry_.path_of(id)] {
+  auto job = [this, id, stream, gen, path = std::move(path)] {
     if (!flights_.start_prefetch(id, gen)) {
       return;  // a reader took the copy over while it was queued
     }

@@ -18,6 +18,9 @@ std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publis
   auto upload = std::make_unique<OrderUpload>(
       kind, std::move(publisher), registry_, *planner_, charged ? &uploads_ : nullptr,
       options_.limits.entries_per_user, charged ? &paths_ : nullptr);
+  // The ids it finds are not handed out again for other paths until it is done (one held
+  // open holds back every id's recycling, not their release: engine_reclaim.cc).
+  upload->hold(Grace::Ticket(grace_));
   if (cache_) {
     upload->look_up_entries_with(
         [this, charged, creds = std::move(creds)](const std::string& rel) -> std::optional<bool> {

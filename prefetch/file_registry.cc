@@ -31,6 +31,15 @@ bool same_path(const char* stored, std::string_view path) {
 
 FileId FileRegistry::id_of(std::string_view path) {
   MutexLock lock(mu_);
+  return register_path(path, true);
+}
+
+FileId FileRegistry::order_id_of(std::string_view path) {
+  MutexLock lock(mu_);
+  return register_path(path, false);
+}
+
+FileId FileRegistry::register_path(std::string_view path, bool pin) {
   const uint64_t hash = hash_of(path);
   Shard& shard = shard_of(hash);
   // Grow at 70% full: linear probing stays short, and the tables cost under 8 bytes per file.
@@ -39,6 +48,9 @@ FileId FileRegistry::id_of(std::string_view path) {
   }
   const size_t slot = find_slot(shard, path, hash);
   if (shard.ids[slot] != kEmpty) {
+    if (pin) {
+      pinned_[shard.ids[slot]] = true;
+    }
     return shard.ids[slot];
   }
   const uint32_t place = store_path(path);
@@ -46,12 +58,14 @@ FileId FileRegistry::id_of(std::string_view path) {
   if (recycled_.empty()) {
     id = static_cast<FileId>(records_.size());
     records_.push_back(Record{place});
+    pinned_.push_back(false);
   } else {
     id = recycled_.back();
     recycled_.pop_back();
     records_[id] = Record{place};
     --released_;
   }
+  pinned_[id] = pin;
   shard.ids[slot] = id;
   shard.tags[slot] = tag_of(hash);
   ++shard.used;
@@ -102,6 +116,25 @@ void FileRegistry::new_chunk(size_t need) {
 
 void FileRegistry::release(FileId id) {
   MutexLock lock(mu_);
+  release_locked(id);
+}
+
+std::optional<size_t> FileRegistry::release_unpinned(FileId id) {
+  MutexLock lock(mu_);
+  if (id >= records_.size() || records_[id].path >= kRecycled || pinned_[id]) {
+    return std::nullopt;
+  }
+  const size_t length = strlen(path_at(records_[id].path));
+  release_locked(id);
+  return length;
+}
+
+bool FileRegistry::pinned(FileId id) const {
+  MutexLock lock(mu_);
+  return id < records_.size() && pinned_[id];
+}
+
+void FileRegistry::release_locked(FileId id) {
   if (id >= records_.size() || records_[id].path >= kRecycled) {
     return;
   }

@@ -49,8 +49,12 @@ class FileRegistry {
   // What a path costs besides its bytes: its NUL, its record and its index slot.
   static constexpr size_t kBytesPerPath = 49;
 
-  // The id of path, assigned on first use.
+  // The id of path, assigned on first use, and pinned: kept for the mount's life, as every
+  // path the kernel, a reader or the cache has used is.
   FileId id_of(std::string_view path);
+  // The same for a path only an order names: not pinned, so it can be released once no order
+  // holds it (Engine::reclaim_paths). A pinned path stays pinned.
+  FileId order_id_of(std::string_view path);
   // The id of path if it has one; assigns none.
   std::optional<FileId> find(std::string_view path) const;
 
@@ -68,6 +72,10 @@ class FileRegistry {
   // Forgets id's path: find and id_of no longer give id for it (a new id_of gives a new id),
   // path_of gives "", and its bytes are freed. id is not handed out again until recycled.
   void release(FileId id);
+  // Releases id unless it is pinned or already released, in one step (a lookup pinning it
+  // meanwhile keeps it): the length of the path released, or nullopt.
+  std::optional<size_t> release_unpinned(FileId id);
+  bool pinned(FileId id) const;
   // A released id may be handed out again: its owner knows nothing refers to it.
   void recycle(FileId id);
 
@@ -161,7 +169,11 @@ class FileRegistry {
   void erase_slot(Shard& shard, size_t slot) REQUIRES(mu_);
 
   mutable cachestore::Mutex mu_;
+  FileId register_path(std::string_view path, bool pin) REQUIRES(mu_);
+  void release_locked(FileId id) REQUIRES(mu_);
+
   std::deque<Record> records_ GUARDED_BY(mu_);    // by id; a deque grows without copying
+  std::vector<bool> pinned_ GUARDED_BY(mu_);      // by id
   std::vector<FileId> recycled_ GUARDED_BY(mu_);  // ids to hand out again
   size_t released_ GUARDED_BY(mu_) = 0;           // records released, recycled or not
   std::vector<Chunk> chunks_ GUARDED_BY(mu_);

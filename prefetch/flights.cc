@@ -92,4 +92,9 @@ unsigned Flights::prefetches() {
   return prefetches_;
 }
 
+bool Flights::has(FileId id) {
+  MutexLock lock(mu_);
+  return flights_.contains(id);
+}
+
 }  // namespace epochfs::prefetch

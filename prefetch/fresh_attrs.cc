@@ -25,4 +25,12 @@ std::optional<struct stat> FreshAttrs::get(FileId id, int64_t since_ns) const {
   return slot.st;
 }
 
+void FreshAttrs::forget(FileId id) {
+  MutexLock lock(mu_);
+  Slot& slot = slots_[id % slots_.size()];
+  if (slot.id == id) {
+    slot = Slot{};
+  }
+}
+
 }  // namespace epochfs::prefetch

@@ -38,6 +38,9 @@ class FreshAttrs {
   // id's attributes if they were read at or after since_ns.
   std::optional<struct stat> get(FileId id, int64_t since_ns) const;
 
+  // Drops what is kept for id: its id is about to name another path (FileRegistry::recycle).
+  void forget(FileId id);
+
  private:
   struct Slot {
     FileId id = UINT32_MAX;

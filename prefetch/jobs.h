@@ -101,6 +101,9 @@ struct Job {
   // The files its range orders and manifests read by blocks (prefetch/block_readers.h), by
   // "stream NAME" or "manifest NAME"; distinct, sorted.
   std::map<std::string, std::vector<FileId>> block_files;
+  // Ids its uploads registered for paths no one had named (FileRegistry::order_id_of): when
+  // the job ends they become candidates for release (Engine::reclaim_paths).
+  std::vector<FileId> registered;
   int64_t last_active_ns = 0;
 };
 

@@ -21,7 +21,16 @@ OrderUpload::OrderUpload(Kind kind, Publisher publisher, FileRegistry& registry,
       parser_([this](std::string_view entry, uint64_t line) { add_entry(entry, line); }, &rejects_,
               OrderForm::kPaths) {}
 
-OrderUpload::~OrderUpload() { drop_held(); }
+OrderUpload::~OrderUpload() {
+  drop_held();
+  hand_over_registered();
+}
+
+void OrderUpload::hand_over_registered() {
+  std::vector<FileId> ids;
+  ids.swap(registered_);
+  planner_.hold_registered(publisher_, parser_.header(), std::move(ids));
+}
 
 cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {
   if (report_ || broken_) {
@@ -192,7 +201,9 @@ std::optional<FileId> OrderUpload::registered(const std::string& key) {
       return std::nullopt;
     }
   }
-  return registry_.id_of(key);
+  const FileId id = registry_.order_id_of(key);
+  registered_.push_back(id);
+  return id;
 }
 
 FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> known) {
@@ -200,7 +211,11 @@ FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> k
     return *known;
   }
   if (pending_ends_.size() >= kPending - 2) {
-    return registry_.id_of(path);  // past 2^31 new paths in one upload: register at once
+    // Past 2^31 new paths in one upload: registered at once (and, like every registered path,
+    // charged at the end).
+    const FileId id = registry_.order_id_of(path);
+    registered_.push_back(id);
+    return id;
   }
   pending_paths_.append(path);
   pending_ends_.push_back(static_cast<uint32_t>(pending_paths_.size()));
@@ -223,10 +238,11 @@ cachestore::Status OrderUpload::register_pending() {
   std::vector<FileId> ids(pending_ends_.size());
   uint32_t begin = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] =
-        registry_.id_of(std::string_view(pending_paths_).substr(begin, pending_ends_[i] - begin));
+    ids[i] = registry_.order_id_of(
+        std::string_view(pending_paths_).substr(begin, pending_ends_[i] - begin));
     begin = pending_ends_[i];
   }
+  registered_.insert(registered_.end(), ids.begin(), ids.end());
   for (FileId& e : entries_) {
     if (e != Planner::kNoFile && (e & kPending) != 0) {
       e = ids[e & ~kPending];
@@ -283,6 +299,7 @@ const PublishReport& OrderUpload::finish() {
                                std::move(rejects_), sample, std::move(block_files_));
   }
   drop_held();  // what was published is the job's now, held against its entry limit
+  hand_over_registered();
   return *report_;
 }
 

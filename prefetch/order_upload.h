@@ -25,6 +25,7 @@
 
 #include "cachestore/status.h"
 #include "prefetch/file_registry.h"
+#include "prefetch/grace.h"
 #include "prefetch/order_parser.h"
 #include "prefetch/planner.h"
 #include "prefetch/user_ledger.h"
@@ -62,6 +63,9 @@ class OrderUpload {
 
   void look_up_entries_with(LookUp look_up) { look_up_ = std::move(look_up); }
 
+  // Holds ticket (prefetch/grace.h) until the upload goes.
+  void hold(Grace::Ticket ticket) { ticket_ = std::move(ticket); }
+
   // Whether any write has come, good or not.
   bool started() const { return next_offset_ > 0 || broken_.has_value(); }
 
@@ -88,6 +92,8 @@ class OrderUpload {
   bool make_room(size_t entries, size_t path_bytes);
   // Drops the entries and paths gathered and gives back their charge.
   void drop_held();
+  // Gives the ids this upload registered to its job (Planner::hold_registered).
+  void hand_over_registered();
 
   static constexpr FileId kPending = FileId{1} << 31;
 
@@ -110,11 +116,15 @@ class OrderUpload {
   // the range manifest an index order indexes. Empty for whole files.
   std::vector<FileId> block_files_;
   size_t block_files_distinct_ = 0;  // its size when last made distinct
+  // Ids registered for paths new to the registry, charged to the writer (each path's bytes
+  // and FileRegistry::kBytesPerPath): the job holds them once published.
+  std::vector<FileId> registered_;
   uint64_t next_offset_ = 0;
   std::optional<std::string> broken_;  // why the upload cannot publish
   bool over_limit_ = false;            // broken by a limit
   std::optional<PublishReport> report_;
   LookUp look_up_;
+  Grace::Ticket ticket_;
 };
 
 }  // namespace epochfs::prefetch

@@ -84,6 +84,7 @@ void Planner::run() {
     try {
       end_finished_jobs();
       plan_pass();
+      sink_->reclaim();  // no pass is under way: no id picked is still on its way to a copy
     } catch (const std::bad_alloc&) {
       // Out of memory: skip this pass; the reads themselves never depend on prefetch.
       cachestore::log(LogLevel::kError, "planner: out of memory; prefetch paused for a pass");

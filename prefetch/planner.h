@@ -21,6 +21,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +45,10 @@ namespace epochfs::prefetch {
 class PrefetchSink {
  public:
   virtual ~PrefetchSink() = default;
+
+  // Between passes, on the planning thread: forgets what only ended orders named.
+  virtual void reclaim() {}
+
   // Copies that may be started now.
   virtual unsigned prefetch_slots() = 0;
   // Starts a copy of id unless it is cached or in flight; true if a copy was started.
@@ -192,6 +198,29 @@ class Planner final : public cachestore::NextUseOracle {
   // of the opener's own jobs, or of the mount's (--shuffle-file).
   std::optional<size_t> on_open(FileId id, std::optional<uid_t> opener = std::nullopt);
 
+  // An id an order's upload registered, and the user its path is charged to.
+  struct Registered {
+    FileId id = 0;
+    uid_t uid = 0;
+  };
+
+  // The ids publisher's upload registered go to its job, which holds them until it ends; then
+  // they are candidates for release. No such job (the upload was refused): candidates now.
+  void hold_registered(const Publisher& publisher, const OrderHeader& header,
+                       std::vector<FileId> ids);
+  // Up to max candidates, taken off the list.
+  std::vector<Registered> take_candidates(size_t max);
+  // For each candidate no live order or manifest holds: release(id) (FileRegistry::
+  // release_unpinned), under the planner's lock so that no publish adds the id between the
+  // look and the release; its outcome goes to *done. The others go back on the list.
+  using Release = std::function<std::optional<size_t>(FileId)>;
+  void release_unheld(const std::vector<Registered>& candidates, const Release& release,
+                      std::vector<std::pair<Registered, std::optional<size_t>>>* done);
+  // Puts candidates back on the list, to be looked at after every other one.
+  void return_candidates(const std::vector<Registered>& candidates);
+  // Whether a live order or manifest holds id.
+  bool order_holds(FileId id);
+
   // Whether opener reads id by blocks now (prefetch/block_readers.h).
   bool reads_by_blocks(FileId id, std::optional<uid_t> opener) const {
     return block_readers_.reads_by_blocks(id, opener);
@@ -228,6 +257,9 @@ class Planner final : public cachestore::NextUseOracle {
   void run();
   void plan_pass();
   void end_job(Job& job) REQUIRES(mu_);
+  bool holds_locked(FileId id) REQUIRES(mu_);
+  // Counts manifest's ids (delta +1) or stops counting them (-1) in manifest_refs_.
+  void count_manifest(const std::vector<FileId>& manifest, int delta) REQUIRES(mu_);
   // What job's stream or manifest (key: "stream NAME", "manifest NAME") now reads by blocks,
   // in place of what it did.
   void set_block_files(Job& job, const std::string& key, std::vector<FileId> files) REQUIRES(mu_);
@@ -272,7 +304,10 @@ class Planner final : public cachestore::NextUseOracle {
   double mean_file_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t copies_measured_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
-  BlockReaders block_readers_;            // its lock is a leaf: taken under mu_
+  BlockReaders block_readers_;  // its lock is a leaf: taken under mu_
+  // By id: the live manifests' entries naming it (saturated at the top: never released).
+  std::vector<uint16_t> manifest_refs_ GUARDED_BY(mu_);
+  std::deque<Registered> candidates_ GUARDED_BY(mu_);  // ended jobs' registered ids
   bool dirty_ GUARDED_BY(mu_) = false;    // something changed since the last planning pass
   bool passing_ GUARDED_BY(mu_) = false;  // a pass runs
 

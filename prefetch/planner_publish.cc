@@ -307,7 +307,12 @@ PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderH
         report.message = "job " + job->name + " manifest " + name + ": " +
                          std::to_string(manifest.size()) + " paths, " +
                          std::to_string(report.rejects.total) + " skipped";
-        job->manifests[name] = std::make_shared<const std::vector<FileId>>(std::move(manifest));
+        auto& held = job->manifests[name];
+        if (held) {
+          count_manifest(*held, -1);
+        }
+        count_manifest(manifest, +1);
+        held = std::make_shared<const std::vector<FileId>>(std::move(manifest));
         set_block_files(*job, "manifest " + name, std::move(block_files));
       }
     }
@@ -374,6 +379,12 @@ void Planner::end_job(Job& job) {
   }
   while (!job.block_files.empty()) {
     set_block_files(job, job.block_files.begin()->first, {});
+  }
+  for (const auto& [name, manifest] : job.manifests) {
+    count_manifest(*manifest, -1);
+  }
+  for (FileId id : job.registered) {
+    candidates_.push_back(Registered{id, job.uid});
   }
   cachestore::log(LogLevel::kInfo, "job %s of user %u ended: %zu streams and %zu manifests dropped",
                   job.name.c_str(), static_cast<unsigned>(job.uid), job.streams.size(),

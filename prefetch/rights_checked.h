@@ -45,6 +45,15 @@ class RightsChecked {
     table_[id % slots_].store(key(id, who), std::memory_order_relaxed);
   }
 
+  // Forgets every right confirmed for id: its id is about to name another path.
+  void forget(cachestore::FileId id) {
+    std::atomic<uint64_t>& slot = table_[id % slots_];
+    uint64_t held = slot.load(std::memory_order_relaxed);
+    if ((held >> 32) == id) {
+      slot.compare_exchange_strong(held, 0, std::memory_order_relaxed);
+    }
+  }
+
  private:
   // Never 0 (an empty slot): who is never 0.
   static uint64_t key(cachestore::FileId id, uint32_t who) { return (uint64_t{id} << 32) | who; }

@@ -1,5 +1,7 @@
 #include "prefetch/stager.h"
 
+#include <memory>
+
 #include <boost/asio/post.hpp>
 
 #include "cachestore/log.h"
@@ -17,8 +19,8 @@ bool lower_thread_priority() {
 
 }  // namespace
 
-Stager::Stager(unsigned threads, unsigned max_pending)
-    : max_pending_(max_pending), pool_(threads) {}
+Stager::Stager(unsigned threads, unsigned max_pending, Grace* grace)
+    : max_pending_(max_pending), grace_(grace), pool_(threads) {}
 
 Stager::~Stager() { shutdown(); }
 
@@ -31,6 +33,11 @@ bool Stager::try_submit(std::function<void()> job, Priority priority) {
     return false;
   }
   try {
+    if (grace_ != nullptr) {
+      // The ticket goes with the job, run or dropped: an id it holds is not handed out again
+      // meanwhile.
+      job = [ticket = std::make_shared<Grace::Ticket>(*grace_), job = std::move(job)] { job(); };
+    }
     cachestore::MutexLock lock(mu_);
     (priority == Priority::kDemand ? demand_ : prefetch_).push_back(std::move(job));
   } catch (...) {

@@ -24,12 +24,14 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "cachestore/sync.h"
+#include "prefetch/grace.h"
 
 namespace epochfs::prefetch {
 
 class Stager {
  public:
-  Stager(unsigned threads, unsigned max_pending);
+  // grace: each job holds a ticket of it from its queueing to its end (prefetch/grace.h).
+  Stager(unsigned threads, unsigned max_pending, Grace* grace = nullptr);
   ~Stager();
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
@@ -51,6 +53,7 @@ class Stager {
 
  private:
   const unsigned max_pending_;
+  Grace* const grace_;
   // Relaxed: only a bound on queue length; an off-by-one at the edge drops or keeps one hint.
   std::atomic<unsigned> pending_{0};
   std::atomic<bool> stopping_{false};

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -165,8 +166,9 @@ TEST_CASE("new paths one user's orders add to the registry stay within their lim
   Node node(10);
   Mount mount(node.dir / "src", node.dir / "mnt",
               {"--allow-other", "--max-path-memory-per-user", "256K", "--max-path-memory", "1M"});
-  // Order after order of distinct missing paths, each job ended: the registry keeps them all,
-  // charged to their publisher, until an order passes the limit and is refused whole.
+  // Order after order of distinct missing paths, from jobs that all live on: the registry
+  // keeps them all, charged to their publisher, until an order passes the limit and is
+  // refused whole.
   const int refused_at = run_as(kAttacker, [&] {
     for (int order = 0; order < 100; ++order) {
       std::string text = "#job j" + std::to_string(order) + "\n";
@@ -184,6 +186,48 @@ TEST_CASE("new paths one user's orders add to the registry stay within their lim
   CHECK(stat_of(mount, "prefetch.path_bytes") <= 256 << 10);
   // The victim's job publishes and trains as before.
   CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+}
+
+TEST_CASE("paths only ended jobs' orders named are forgotten, and their charge given back",
+          "[mount][tenant]") {
+  Node node(10);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  const double known = stat_of(mount, "files_known");
+  double rss_after_first = 0;
+  // Job after job, each an order of 20,000 new missing paths of ~1 KB (20 MB), ending with its
+  // process: each job's paths leave the registry, and their charge goes back to the user.
+  for (int round = 0; round < 4; ++round) {
+    REQUIRE(run_as(kAttacker, [&] {
+              std::string order = "#job flood\n";
+              for (int i = 0; i < 20000; ++i) {
+                order += std::string(1000, 'x') + "/" + std::to_string(round) + "/" +
+                         std::to_string(i) + "\n";
+              }
+              return write_order(mount, order);
+            }) == 0);
+    const double released = 20000.0 * (round + 1);
+    CHECK(wait_for_stat(mount, "paths_released", released) == released);
+    for (int i = 0; i < 1000 && stat_of(mount, "prefetch.path_bytes") > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(stat_of(mount, "prefetch.path_bytes") == 0);  // the ids recycled too
+    CHECK(stat_of(mount, "files_known") == known);
+    rss_after_first = round == 0 ? rss_kib(mount.pid()) : rss_after_first;
+  }
+  // The later rounds reused the first one's memory (without reclaiming, 60 MB more).
+  if (kFreedMemoryReturns) {
+    CHECK(rss_kib(mount.pid()) < rss_after_first + 16 * 1024);
+  }
+  // A path the kernel looked up stays, though only an ended job's order named it.
+  { std::ofstream(node.dir / "src/new") << "x"; }
+  REQUIRE(run_as(kAttacker, [&] {
+            return write_order(mount, "#job once\nnew\n") == 0 && read_file(mount / "new") == "x"
+                       ? 0
+                       : 1;
+          }) == 0);
+  CHECK(wait_for_stat(mount, "prefetch.jobs_ended", 5) == 5);
+  CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+  CHECK(stat_of(mount, "paths_released") == 80000);
 }
 
 TEST_CASE("one user's jobs cannot take every stream of the mount", "[mount][tenant]") {

@@ -115,6 +115,28 @@ TEST_CASE("a released path is forgotten, and its id handed out again once recycl
   CHECK(r.find("b") == b);
 }
 
+TEST_CASE("a path only an order named can be released, one anything else used cannot",
+          "[registry]") {
+  FileRegistry r;
+  const FileId order_only = r.order_id_of("named/by/order");
+  const FileId looked_up = r.order_id_of("then/looked/up");
+  CHECK(r.id_of("then/looked/up") == looked_up);  // the same id, pinned now
+  const FileId used = r.id_of("used");
+  CHECK(r.order_id_of("used") == used);  // an order naming it later does not unpin it
+  CHECK_FALSE(r.pinned(order_only));
+  CHECK(r.pinned(looked_up));
+  CHECK(r.release_unpinned(looked_up) == std::nullopt);
+  CHECK(r.release_unpinned(used) == std::nullopt);
+  CHECK(r.release_unpinned(order_only) == std::string("named/by/order").size());
+  CHECK(r.release_unpinned(order_only) == std::nullopt);  // once
+  CHECK(r.find("named/by/order") == std::nullopt);
+  CHECK(r.find("then/looked/up") == looked_up);
+  // Recycled, the id comes back unpinned or pinned as its new path is registered.
+  r.recycle(order_only);
+  CHECK(r.id_of("new") == order_only);
+  CHECK(r.pinned(order_only));
+}
+
 TEST_CASE("released paths give their arena memory back", "[registry]") {
   FileRegistry r;
   const std::string pad(200, 'p');

@@ -1,0 +1,87 @@
+// Engine, continued: forgetting the paths that only ended jobs' orders named. The registry
+// would otherwise keep every path any order ever named, and one user's orders of new paths
+// would hold the daemon's memory, and their path charge, for the mount's life.
+//
+// Two steps, on the planning thread between passes, so that no pass holds an id it picked:
+//  1. Release. A candidate (an id an ended job's upload registered: Planner::take_candidates)
+//     that no copy in flight or in the cache, no live order or manifest holds, and that
+//     nothing else has used (FileRegistry::order_id_of: a lookup, an open, the cache pin it)
+//     leaves the registry; its path's bytes go back to the user who registered it. A pinned
+//     one stays, as any path the kernel used does, and its whole charge goes back.
+//  2. Recycle. Once every operation under way at the release has ended (prefetch/grace.h),
+//     and still nothing holds it, the id may name another path: what is kept per id goes,
+//     and the rest of the charge (FileRegistry::kBytesPerPath) goes back.
+#include "prefetch/engine.h"
+
+namespace epochfs::prefetch {
+
+namespace {
+
+// Candidates looked at, and released ids, per round: bounded work between passes. Rounds are
+// apart by kReclaimInterval: candidates a cached copy holds are looked at again and again.
+constexpr size_t kReclaimBatch = 4096;
+constexpr int64_t kReclaimIntervalNs = 100'000'000;
+
+}  // namespace
+
+void Engine::reclaim() {
+  const int64_t now = cachestore::now_ns();
+  if (now - last_reclaim_ns_ < kReclaimIntervalNs) {
+    return;
+  }
+  last_reclaim_ns_ = now;
+  release_candidates();
+  recycle_released();
+}
+
+bool Engine::copy_holds(FileId id) {
+  // A copy can start only from a pinned open or a planning pass: neither while this runs.
+  return (cache_ && cache_->contains(id)) || flights_.has(id);
+}
+
+void Engine::release_candidates() {
+  const auto batch = planner_->take_candidates(kReclaimBatch);
+  std::vector<Planner::Registered> free_of_copies;
+  std::vector<Planner::Registered> copied;
+  for (const auto& c : batch) {
+    (copy_holds(c.id) ? copied : free_of_copies).push_back(c);
+  }
+  planner_->return_candidates(copied);
+  std::vector<std::pair<Planner::Registered, std::optional<size_t>>> done;
+  planner_->release_unheld(
+      free_of_copies, [this](FileId id) { return registry_.release_unpinned(id); }, &done);
+  const uint64_t epoch = grace_.epoch();
+  for (const auto& [c, length] : done) {
+    if (!length) {
+      // Pinned: part of the mount's paths now. Its length is read while it is still there.
+      paths_.release(c.uid, registry_.path_of(c.id).size() + FileRegistry::kBytesPerPath);
+      continue;
+    }
+    paths_.release(c.uid, *length);
+    released_.push_back(Released{c.id, c.uid, epoch});
+    paths_released_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Engine::recycle_released() {
+  const uint64_t now = grace_.advance();
+  for (size_t n = 0; n < kReclaimBatch && !released_.empty(); ++n) {
+    const Released r = released_.front();
+    if (r.epoch + 2 > now) {
+      return;  // in release order: the rest are younger still
+    }
+    released_.pop_front();
+    // An upload that found the path before its release may have published it since: the id
+    // waits for that order to end.
+    if (copy_holds(r.id) || planner_->order_holds(r.id)) {
+      released_.push_back(Released{r.id, r.uid, now});
+      continue;
+    }
+    fresh_.forget(r.id);
+    rights_checked_.forget(r.id);
+    registry_.recycle(r.id);
+    paths_.release(r.uid, FileRegistry::kBytesPerPath);
+  }
+}
+
+}  // namespace epochfs::prefetch
