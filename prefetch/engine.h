@@ -307,8 +307,9 @@ class Engine final : public PrefetchSink {
   // Whether rel_path names a file creds may read (an order's entry looked up as it is
   // published); nullopt if the source could not say.
   std::optional<bool> names_file(const std::string& rel_path, const Credentials& creds);
-  // The two steps of reclaim: candidates to release, released ids to recycle.
-  void release_candidates();
+  // The two steps of reclaim: a batch of candidates to release (how many left the list for
+  // good: released, or pinned), released ids to recycle.
+  size_t release_candidates();
   void recycle_released();
   // Whether a copy (in flight, or in the cache) holds id.
   bool copy_holds(FileId id);
