@@ -16,7 +16,8 @@ then does one thing for --seconds and stops:
 - ``streams``: publishes 5 jobs x 64 streams and stays alive (holding them);
 - ``opens``: holds 5,000 opens of one file;
 - ``repeats``: publishes one path 8 M times, and opens it in a loop;
-- ``registry``: publishes orders of --missing distinct missing paths, job after job.
+- ``registry``: publishes orders of --missing distinct missing paths, job after job, each
+  from a process that then exits (its job ends).
 
 For each phase it reports the daemon's VmRSS at its end and its peak, the victim's opens and
 their latency (median, 99th percentile, max) and whether every byte read matched, and what
@@ -61,6 +62,7 @@ def as_user(uid, fn, *args):
     pid = os.fork()
     if pid == 0:
         try:
+            os.setpgid(0, 0)  # killed as a group: a job's publishing child goes with it
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
@@ -165,11 +167,16 @@ def attack_repeats(mnt, seconds):
 
 
 def attack_registry(mnt, seconds, missing):
+    # Each job from a process of its own that exits once it published: job after job ends.
     end = time.monotonic() + seconds
     jobs = 0
     while time.monotonic() < end:
-        publish(mnt, "#job miss%d\n" % jobs +
-                "".join("nope/%d/%d\n" % (jobs, i) for i in range(missing)))
+        pid = os.fork()
+        if pid == 0:
+            code = publish(mnt, "#job miss%d\n" % jobs +
+                           "".join("nope/%d/%d\n" % (jobs, i) for i in range(missing)))
+            os._exit(0 if code == 0 else 1)
+        os.waitpid(pid, 0)
         jobs += 1
     print(json.dumps({"registry_jobs": jobs}), flush=True)
     time.sleep(1e6)
@@ -202,6 +209,8 @@ def main():
     ap.add_argument("--file-size", type=int, default=16384)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--missing", type=int, default=200_000)
+    ap.add_argument("--phases", default="baseline,upload,streams,opens,repeats,registry",
+                    help="comma-separated phases to run, in their order")
     ap.add_argument("--json")
     a = ap.parse_args()
     root = os.path.abspath(a.dir)
@@ -225,7 +234,7 @@ def main():
         attacks = {"baseline": None, "upload": attack_upload, "streams": attack_streams,
                    "opens": attack_opens, "repeats": attack_repeats,
                    "registry": lambda m, s: attack_registry(m, s, a.missing)}
-        for name, attack in attacks.items():
+        for name, attack in ((n, attacks[n]) for n in a.phases.split(",")):
             start, peak = time.monotonic(), 0
             child = as_user(ATTACKER, attack, mnt, a.seconds) if attack else None
             while time.monotonic() < start + a.seconds:
@@ -234,7 +243,7 @@ def main():
             phase = {"phase": name, "rss_mib_end": round(rss_kib(pid) / 1024, 1),
                      "rss_mib_peak": round(peak / 1024, 1)}
             if child:
-                os.kill(child, signal.SIGKILL)
+                os.killpg(child, signal.SIGKILL)
                 os.waitpid(child, 0)
             with open(out_path) as f:
                 phase["victim"] = latency(f.readlines(), start, start + a.seconds)
@@ -242,6 +251,8 @@ def main():
             phase["uploads_over_limit"] = doc["prefetch"].get("uploads_over_limit")
             phase["publishes_over_limit"] = doc["prefetch"]["publishes_over_limit"]
             phase["files_known"] = doc["files_known"]
+            phase["jobs_ended"] = doc["prefetch"].get("jobs_ended")
+            phase["paths_released"] = doc.get("paths_released")
             phases.append(phase)
             print(json.dumps(phase), flush=True)
     finally:
