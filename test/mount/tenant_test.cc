@@ -27,8 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Under AddressSanitizer freed memory waits in its quarantine: the daemon's RSS does not fall.
-#if defined(__SANITIZE_ADDRESS__)
+// Under the sanitizers' allocators freed memory waits in a quarantine or is kept per thread:
+// the daemon's RSS does not fall, nor is freed memory reused as glibc would.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kFreedMemoryReturns = false;
 #else
 constexpr bool kFreedMemoryReturns = true;
