@@ -29,7 +29,10 @@ OrderUpload::~OrderUpload() {
 void OrderUpload::hand_over_registered() {
   std::vector<FileId> ids;
   ids.swap(registered_);
-  planner_.hold_registered(publisher_, parser_.header(), std::move(ids));
+  // The mount's own orders (--shuffle-file, not charged) name paths for the mount's life.
+  if (paths_ledger_ != nullptr) {
+    planner_.hold_registered(publisher_, parser_.header(), std::move(ids));
+  }
 }
 
 cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {

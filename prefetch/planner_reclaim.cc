@@ -17,7 +17,9 @@ void Planner::hold_registered(const Publisher& publisher, const OrderHeader& hea
   }
   MutexLock lock(mu_);
   if (Job* job = jobs_.find(publisher, header.job)) {
-    job->registered.insert(job->registered.end(), ids.begin(), ids.end());
+    if (!job->permanent) {  // the mount's own job never ends
+      job->registered.insert(job->registered.end(), ids.begin(), ids.end());
+    }
     return;
   }
   for (FileId id : ids) {
