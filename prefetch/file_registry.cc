@@ -31,15 +31,18 @@ bool same_path(const char* stored, std::string_view path) {
 
 FileId FileRegistry::id_of(std::string_view path) {
   MutexLock lock(mu_);
-  return register_path(path, true);
+  return register_path(path, true, nullptr);
 }
 
-FileId FileRegistry::order_id_of(std::string_view path) {
+FileId FileRegistry::order_id_of(std::string_view path, bool* added) {
   MutexLock lock(mu_);
-  return register_path(path, false);
+  return register_path(path, false, added);
 }
 
-FileId FileRegistry::register_path(std::string_view path, bool pin) {
+FileId FileRegistry::register_path(std::string_view path, bool pin, bool* added) {
+  if (added != nullptr) {
+    *added = false;
+  }
   const uint64_t hash = hash_of(path);
   Shard& shard = shard_of(hash);
   // Grow at 70% full: linear probing stays short, and the tables cost under 8 bytes per file.
@@ -66,6 +69,9 @@ FileId FileRegistry::register_path(std::string_view path, bool pin) {
     --released_;
   }
   pinned_[id] = pin;
+  if (added != nullptr) {
+    *added = true;
+  }
   shard.ids[slot] = id;
   shard.tags[slot] = tag_of(hash);
   ++shard.used;

@@ -53,8 +53,9 @@ class FileRegistry {
   // path the kernel, a reader or the cache has used is.
   FileId id_of(std::string_view path);
   // The same for a path only an order names: not pinned, so it can be released once no order
-  // holds it (Engine::reclaim_paths). A pinned path stays pinned.
-  FileId order_id_of(std::string_view path);
+  // holds it (Engine::reclaim). A pinned path stays pinned. *added (if given): whether this
+  // call registered it, rather than found it.
+  FileId order_id_of(std::string_view path, bool* added = nullptr);
   // The id of path if it has one; assigns none.
   std::optional<FileId> find(std::string_view path) const;
 
@@ -169,7 +170,7 @@ class FileRegistry {
   void erase_slot(Shard& shard, size_t slot) REQUIRES(mu_);
 
   mutable cachestore::Mutex mu_;
-  FileId register_path(std::string_view path, bool pin) REQUIRES(mu_);
+  FileId register_path(std::string_view path, bool pin, bool* added) REQUIRES(mu_);
   void release_locked(FileId id) REQUIRES(mu_);
 
   std::deque<Record> records_ GUARDED_BY(mu_);    // by id; a deque grows without copying

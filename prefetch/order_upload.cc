@@ -204,9 +204,20 @@ std::optional<FileId> OrderUpload::registered(const std::string& key) {
       return std::nullopt;
     }
   }
-  const FileId id = registry_.order_id_of(key);
-  registered_.push_back(id);
+  bool added = false;
+  const FileId id = registry_.order_id_of(key, &added);
+  keep_or_uncharge(id, added, key.size());
   return id;
+}
+
+void OrderUpload::keep_or_uncharge(FileId id, bool added, size_t length) {
+  if (added) {
+    registered_.push_back(id);
+  } else if (paths_ledger_ != nullptr) {
+    // Another upload registered it meanwhile (the ranks of one job publishing the same new
+    // paths at once): that upload holds it, and is charged for it.
+    paths_ledger_->release(publisher_.uid, length + FileRegistry::kBytesPerPath);
+  }
 }
 
 FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> known) {
@@ -214,11 +225,9 @@ FileId OrderUpload::id_or_pending(std::string_view path, std::optional<FileId> k
     return *known;
   }
   if (pending_ends_.size() >= kPending - 2) {
-    // Past 2^31 new paths in one upload: registered at once (and, like every registered path,
-    // charged at the end).
-    const FileId id = registry_.order_id_of(path);
-    registered_.push_back(id);
-    return id;
+    // Past 2^31 new paths in one upload: registered at once, not charged, kept for good (no
+    // upload gets there: the entry limits are far below).
+    return registry_.id_of(path);
   }
   pending_paths_.append(path);
   pending_ends_.push_back(static_cast<uint32_t>(pending_paths_.size()));
@@ -241,11 +250,13 @@ cachestore::Status OrderUpload::register_pending() {
   std::vector<FileId> ids(pending_ends_.size());
   uint32_t begin = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = registry_.order_id_of(
-        std::string_view(pending_paths_).substr(begin, pending_ends_[i] - begin));
+    const std::string_view path =
+        std::string_view(pending_paths_).substr(begin, pending_ends_[i] - begin);
+    bool added = false;
+    ids[i] = registry_.order_id_of(path, &added);
+    keep_or_uncharge(ids[i], added, path.size());
     begin = pending_ends_[i];
   }
-  registered_.insert(registered_.end(), ids.begin(), ids.end());
   for (FileId& e : entries_) {
     if (e != Planner::kNoFile && (e & kPending) != 0) {
       e = ids[e & ~kPending];

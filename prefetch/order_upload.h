@@ -94,6 +94,9 @@ class OrderUpload {
   void drop_held();
   // Gives the ids this upload registered to its job (Planner::hold_registered).
   void hand_over_registered();
+  // A path of length bytes, charged to the writer, got id: kept as this upload's if added
+  // (registered by it), else its charge goes back.
+  void keep_or_uncharge(FileId id, bool added, size_t length);
 
   static constexpr FileId kPending = FileId{1} << 31;
 

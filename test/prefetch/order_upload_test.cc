@@ -171,6 +171,38 @@ TEST_CASE("the paths a user's orders add to the registry stay charged to them", 
   CHECK(paths.held(::getuid()) == held);
 }
 
+TEST_CASE("a new path two uploads name at once is charged once, to the one that registered it",
+          "[upload]") {
+  // The ranks of one job publishing the first epoch's shards together: both find the path
+  // new, the first to finish registers it; the second's charge for it goes back.
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  UserLedger paths("bytes of paths", "--max-path-memory-per-user", 40 << 10, "--max-path-memory",
+                   1 << 20);
+  const auto upload = [&] {
+    return std::make_unique<OrderUpload>(OrderUpload::Kind::kOrder, me(), registry, planner,
+                                         nullptr, UINT64_MAX, &paths);
+  };
+  auto rank0 = upload();
+  auto rank1 = upload();
+  REQUIRE(rank0->write(0, "#stream rank0\nshared/new\nown/0\n").is_ok());
+  REQUIRE(rank1->write(0, "#stream rank1\nshared/new\nown/1\n").is_ok());
+  CHECK(rank0->finish().ok);
+  CHECK(rank1->finish().ok);
+  CHECK(registry.size() == 3);
+  CHECK(paths.held(::getuid()) == std::string("shared/new").size() +
+                                      2 * std::string("own/0").size() +
+                                      3 * FileRegistry::kBytesPerPath);
+  // A path repeated within one upload is charged once too.
+  const uint64_t before = paths.held(::getuid());
+  auto again = upload();
+  REQUIRE(again->write(0, "#stream again\ntwice\ntwice\n").is_ok());
+  CHECK(again->finish().ok);
+  CHECK(registry.size() == 4);
+  CHECK(paths.held(::getuid()) ==
+        before + std::string("twice").size() + FileRegistry::kBytesPerPath);
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch
 
