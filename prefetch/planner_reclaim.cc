@@ -66,10 +66,14 @@ bool Planner::holds_locked(FileId id) {
 }
 
 void Planner::count_manifest(const std::vector<FileId>& manifest, int delta) {
+  // A run of one id counts once: a manifest of ranges names a block once per sample in it,
+  // in file order, and would otherwise saturate its count (held for good) at once.
+  FileId last = kNoFile;
   for (FileId id : manifest) {
-    if (id == kNoFile) {
+    if (id == kNoFile || id == last) {
       continue;
     }
+    last = id;
     if (id >= manifest_refs_.size()) {
       manifest_refs_.resize(size_t{id} + 1, 0);
     }

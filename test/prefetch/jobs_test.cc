@@ -8,6 +8,7 @@
 #include "prefetch/file_registry.h"
 #include "prefetch/order_upload.h"
 #include "prefetch/planner.h"
+#include "prefetch/user_ledger.h"
 
 namespace epochfs::prefetch {
 namespace {
@@ -278,6 +279,40 @@ TEST_CASE("a restarted stream keeps its totals and names each finished epoch onc
   CHECK(st->total.opens == 6);
   REQUIRE(st->history.size() == 1);
   CHECK(st->history[0].epoch == 0);
+}
+
+TEST_CASE("an ended job's manifest stops holding its ids, however often it names one", "[jobs]") {
+  Planner planner{PlannerOptions{}};
+  // A manifest of ranges: one block named once per sample, 70,000 samples in a row.
+  std::vector<FileId> manifest(70000, 5);
+  manifest.push_back(6);
+  REQUIRE(planner.publish_manifest(exited(1000), header("j", std::nullopt), manifest, {}).ok);
+  CHECK(planner.order_holds(5));
+  CHECK(planner.order_holds(6));
+  planner.end_finished_jobs();
+  CHECK_FALSE(planner.order_holds(5));
+  CHECK_FALSE(planner.order_holds(6));
+}
+
+TEST_CASE("the paths an ended job's uploads registered become candidates to forget", "[jobs]") {
+  Planner planner{PlannerOptions{}};
+  FileRegistry registry;
+  UserLedger paths("bytes of paths", "--max-path-memory-per-user", 1 << 20, "--max-path-memory",
+                   1 << 20);
+  const Publisher who = exited(1000);
+  {
+    OrderUpload u(OrderUpload::Kind::kOrder, who, registry, planner, nullptr, UINT64_MAX, &paths);
+    REQUIRE(u.write(0, "#job j\nnew/a\nnew/b\n").is_ok());
+    REQUIRE(u.finish().ok);
+  }
+  CHECK(planner.take_candidates(10).empty());  // the job lives: it holds them
+  CHECK(planner.order_holds(*registry.find("new/a")));
+  planner.end_finished_jobs();
+  CHECK_FALSE(planner.order_holds(*registry.find("new/a")));
+  const auto candidates = planner.take_candidates(10);
+  REQUIRE(candidates.size() == 2);
+  CHECK(candidates[0].uid == 1000);
+  CHECK(planner.take_candidates(10).empty());
 }
 
 }  // namespace
