@@ -73,15 +73,21 @@ size_t Engine::release_candidates() {
 
 void Engine::recycle_released() {
   const uint64_t now = grace_.advance();
-  for (size_t n = 0; n < kReclaimBatch && !released_.empty(); ++n) {
-    const Released r = released_.front();
-    if (r.epoch + 2 > now) {
-      return;  // in release order: the rest are younger still
-    }
+  std::vector<Released> due;
+  while (due.size() < kReclaimBatch && !released_.empty() && released_.front().epoch + 2 <= now) {
+    due.push_back(released_.front());  // in release order: the rest are younger still
     released_.pop_front();
-    // An upload that found the path before its release may have published it since: the id
-    // waits for that order to end.
-    if (copy_holds(r.id) || planner_->order_holds(r.id)) {
+  }
+  std::vector<FileId> ids;
+  for (const Released& r : due) {
+    ids.push_back(r.id);
+  }
+  // An upload that found the path before its release may have published it since: the id
+  // waits for that order to end.
+  const std::vector<bool> ordered = planner_->orders_hold(ids);
+  for (size_t i = 0; i < due.size(); ++i) {
+    const Released& r = due[i];
+    if (ordered[i] || copy_holds(r.id)) {
       released_.push_back(Released{r.id, r.uid, now});
       continue;
     }

@@ -218,8 +218,9 @@ class Planner final : public cachestore::NextUseOracle {
                       std::vector<std::pair<Registered, std::optional<size_t>>>* done);
   // Puts candidates back on the list, to be looked at after every other one.
   void return_candidates(const std::vector<Registered>& candidates);
-  // Whether a live order or manifest holds id.
+  // Whether a live order or manifest holds id; for many ids, under one lock.
   bool order_holds(FileId id);
+  std::vector<bool> orders_hold(const std::vector<FileId>& ids);
 
   // Whether opener reads id by blocks now (prefetch/block_readers.h).
   bool reads_by_blocks(FileId id, std::optional<uid_t> opener) const {

@@ -61,6 +61,15 @@ bool Planner::order_holds(FileId id) {
   return holds_locked(id);
 }
 
+std::vector<bool> Planner::orders_hold(const std::vector<FileId>& ids) {
+  std::vector<bool> held(ids.size());
+  MutexLock lock(mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    held[i] = holds_locked(ids[i]);
+  }
+  return held;
+}
+
 bool Planner::holds_locked(FileId id) {
   return schedule_.next_use(id) != kNever || (id < manifest_refs_.size() && manifest_refs_[id] > 0);
 }
