@@ -122,9 +122,11 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
     entries_.push_back(id_or_pending(entry, known));
     return;
   }
-  if (!manifest_) {
-    manifest_ = planner_.manifest(publisher_, parser_.header());
-    block_files_ = planner_.manifest_block_files(publisher_, parser_.header());
+  if (!manifest_asked_) {
+    manifest_asked_ = true;
+    Planner::HeldManifest held = planner_.manifest(publisher_, parser_.header());
+    manifest_ = std::move(held.ids);
+    block_files_ = std::move(held.block_files);
   }
   const uint32_t index = *parse_index(entry);
   if (!manifest_) {

@@ -114,7 +114,8 @@ class OrderUpload {
   std::string pending_paths_;                            // new paths, each ended by a NUL
   std::vector<uint32_t> pending_ends_;                   // the end of each in pending_paths_
   std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
-  std::string last_block_;                               // the last range entry's last block
+  bool manifest_asked_ = false;  // asked the planner once: an upload indexes one manifest
+  std::string last_block_;       // the last range entry's last block
   // The files this upload's entries are blocks of: a range order's or manifest's, or those of
   // the range manifest an index order indexes. Empty for whole files.
   std::vector<FileId> block_files_;

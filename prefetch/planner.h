@@ -182,12 +182,15 @@ class Planner final : public cachestore::NextUseOracle {
   cachestore::Status admits(const Publisher& publisher, const OrderHeader& header, bool manifest,
                             uint64_t entries);
 
-  // The manifest an index-form order of publisher with this header indexes; null if none.
-  std::shared_ptr<const std::vector<FileId>> manifest(const Publisher& publisher,
-                                                      const OrderHeader& header) const;
-  // The files that manifest's entries are blocks of (empty for a manifest of whole files).
-  std::vector<FileId> manifest_block_files(const Publisher& publisher,
-                                           const OrderHeader& header) const;
+  // The manifest an index-form order of publisher with this header indexes (ids null if none)
+  // and the files its entries are blocks of (empty for a manifest of whole files), read under
+  // one hold of the lock so that both are of the same manifest.
+  struct HeldManifest {
+    std::shared_ptr<const std::vector<FileId>> ids;
+    std::vector<FileId> block_files;
+  };
+
+  HeldManifest manifest(const Publisher& publisher, const OrderHeader& header) const;
 
   // Ends the jobs whose processes have all exited or that have been idle too long: their
   // streams and manifests go, and their copies become ordinary cache entries. The planning

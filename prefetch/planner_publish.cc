@@ -335,26 +335,20 @@ PublishReport Planner::refuse(PublishReport report, bool over_limit) {
   return report;
 }
 
-std::shared_ptr<const std::vector<FileId>> Planner::manifest(const Publisher& publisher,
-                                                             const OrderHeader& header) const {
-  MutexLock lock(mu_);
-  const Job* job = jobs_.find(publisher, header.job);
-  if (job == nullptr) {
-    return nullptr;
-  }
-  auto m = job->manifests.find(header.manifest.value_or(kDefaultManifest));
-  return m == job->manifests.end() ? nullptr : m->second;
-}
-
-std::vector<FileId> Planner::manifest_block_files(const Publisher& publisher,
-                                                  const OrderHeader& header) const {
+Planner::HeldManifest Planner::manifest(const Publisher& publisher,
+                                        const OrderHeader& header) const {
   MutexLock lock(mu_);
   const Job* job = jobs_.find(publisher, header.job);
   if (job == nullptr) {
     return {};
   }
-  auto files = job->block_files.find("manifest " + header.manifest.value_or(kDefaultManifest));
-  return files == job->block_files.end() ? std::vector<FileId>() : files->second;
+  const std::string name = header.manifest.value_or(kDefaultManifest);
+  auto m = job->manifests.find(name);
+  if (m == job->manifests.end()) {
+    return {};
+  }
+  auto files = job->block_files.find("manifest " + name);
+  return {m->second, files == job->block_files.end() ? std::vector<FileId>() : files->second};
 }
 
 void Planner::set_block_files(Job& job, const std::string& key, std::vector<FileId> files) {
