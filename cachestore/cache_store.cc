@@ -108,6 +108,15 @@ bool CacheStore::contains(FileId id) const {
   return entries_.count(id) != 0;
 }
 
+std::vector<bool> CacheStore::contains_each(const std::vector<FileId>& ids) const {
+  std::vector<bool> found(ids.size());
+  MutexLock lock(mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    found[i] = entries_.count(ids[i]) != 0;
+  }
+  return found;
+}
+
 std::optional<FileVersion> CacheStore::ready_version(FileId id) const {
   MutexLock lock(mu_);
   auto it = entries_.find(id);

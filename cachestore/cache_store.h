@@ -153,8 +153,10 @@ class CacheStore {
 
   void set_path_of(PathOf path_of) { path_of_ = std::move(path_of); }
 
-  // Whether id has an entry (being staged, ready or being removed).
+  // Whether id has an entry (being staged, ready or being removed); for many ids, under one
+  // hold of the lock.
   bool contains(FileId id) const;
+  std::vector<bool> contains_each(const std::vector<FileId>& ids) const;
   // The version of id's ready copy, if it has one.
   std::optional<FileVersion> ready_version(FileId id) const;
 

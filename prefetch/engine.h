@@ -311,8 +311,8 @@ class Engine final : public PrefetchSink {
   // good: released, or pinned), released ids to recycle.
   size_t release_candidates();
   void recycle_released();
-  // Whether a copy (in flight, or in the cache) holds id.
-  bool copy_holds(FileId id);
+  // Whether a copy (in flight, or in the cache) holds each id: one hold of each lock.
+  std::vector<bool> copies_hold(const std::vector<FileId>& ids);
 
   // An id released, and by whom its record's charge is held, until it is recycled.
   struct Released {

@@ -41,17 +41,29 @@ void Engine::reclaim() {
   recycle_released();
 }
 
-bool Engine::copy_holds(FileId id) {
+std::vector<bool> Engine::copies_hold(const std::vector<FileId>& ids) {
   // A copy can start only from a pinned open or a planning pass: neither while this runs.
-  return (cache_ && cache_->contains(id)) || flights_.has(id);
+  std::vector<bool> held = flights_.has_each(ids);
+  if (cache_) {
+    const std::vector<bool> cached = cache_->contains_each(ids);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      held[i] = held[i] || cached[i];
+    }
+  }
+  return held;
 }
 
 size_t Engine::release_candidates() {
   const auto batch = planner_->take_candidates(kReclaimBatch);
+  std::vector<FileId> ids;
+  for (const auto& c : batch) {
+    ids.push_back(c.id);
+  }
+  const std::vector<bool> held = copies_hold(ids);
   std::vector<Planner::Registered> free_of_copies;
   std::vector<Planner::Registered> copied;
-  for (const auto& c : batch) {
-    (copy_holds(c.id) ? copied : free_of_copies).push_back(c);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    (held[i] ? copied : free_of_copies).push_back(batch[i]);
   }
   planner_->return_candidates(copied);
   std::vector<std::pair<Planner::Registered, std::optional<size_t>>> done;
@@ -85,9 +97,10 @@ void Engine::recycle_released() {
   // An upload that found the path before its release may have published it since: the id
   // waits for that order to end.
   const std::vector<bool> ordered = planner_->orders_hold(ids);
+  const std::vector<bool> copied = copies_hold(ids);
   for (size_t i = 0; i < due.size(); ++i) {
     const Released& r = due[i];
-    if (ordered[i] || copy_holds(r.id)) {
+    if (ordered[i] || copied[i]) {
       released_.push_back(Released{r.id, r.uid, now});
       continue;
     }

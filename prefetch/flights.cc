@@ -97,4 +97,13 @@ bool Flights::has(FileId id) {
   return flights_.contains(id);
 }
 
+std::vector<bool> Flights::has_each(const std::vector<FileId>& ids) {
+  std::vector<bool> found(ids.size());
+  MutexLock lock(mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    found[i] = flights_.contains(ids[i]);
+  }
+  return found;
+}
+
 }  // namespace epochfs::prefetch

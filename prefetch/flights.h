@@ -59,8 +59,9 @@ class Flights {
   // Ends id's flight (only generation gen's, if gen is not 0) and wakes its waiters.
   void end(cachestore::FileId id, uint64_t gen = 0);
 
-  // Whether id has a flight, queued or running.
+  // Whether id has a flight, queued or running; for many ids, under one hold of the lock.
   bool has(cachestore::FileId id);
+  std::vector<bool> has_each(const std::vector<cachestore::FileId>& ids);
 
   // id's copy wrote another chunk: it is not stuck.
   void note_progress(cachestore::FileId id);

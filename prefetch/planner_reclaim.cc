@@ -40,9 +40,7 @@ void Planner::release_unheld(const std::vector<Registered>& candidates, const Re
   MutexLock lock(mu_);
   for (const Registered& c : candidates) {
     if (holds_locked(c.id)) {
-      // Put back at the front, where take_candidates looks last: a batch held by a live order
-      // is not looked at again before every other candidate has been.
-      candidates_.push_front(c);
+      candidates_.push_front(c);  // as return_candidates does
     } else {
       done->emplace_back(c, release(c.id));
     }
@@ -50,6 +48,8 @@ void Planner::release_unheld(const std::vector<Registered>& candidates, const Re
 }
 
 void Planner::return_candidates(const std::vector<Registered>& candidates) {
+  // At the front, where take_candidates looks last: a batch a copy or a live order holds is
+  // not looked at again before every other candidate has been.
   MutexLock lock(mu_);
   for (const Registered& c : candidates) {
     candidates_.push_front(c);
