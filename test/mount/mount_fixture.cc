@@ -433,9 +433,10 @@ void wait_for_staging(const Mount& mount) {
   REQUIRE(idle);
 }
 
-double wait_for_stat(const Mount& mount, const std::string& key, double want) {
+double wait_for_stat(const Mount& mount, const std::string& key, double want, Until until) {
+  const auto reached = [&](double v) { return until == Until::kRises ? v >= want : v <= want; };
   double v = stat_of(mount, key);
-  for (int i = 0; i < 1000 && v < want; ++i) {
+  for (int i = 0; i < 1000 && !reached(v); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     v = stat_of(mount, key);
   }

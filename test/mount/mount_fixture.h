@@ -170,9 +170,12 @@ int write_order(const Mount& mount, const std::string& text);
 // Waits until the mount has no copy queued or running (staging is asynchronous).
 void wait_for_staging(const Mount& mount);
 
-// Polls key until it reaches at least want (events are counted by the daemon's threads), for
-// at most ten seconds; returns the last value.
-double wait_for_stat(const Mount& mount, const std::string& key, double want);
+// Polls key until it reaches at least want (events are counted by the daemon's threads), or
+// with kFalls at most want (what the daemon frees), for at most ten seconds; returns the last
+// value.
+enum class Until { kRises, kFalls };
+double wait_for_stat(const Mount& mount, const std::string& key, double want,
+                     Until until = Until::kRises);
 
 // Files root/f0 .. f<count-1> of `size` bytes whose content names (file, version, offset).
 void write_files(const std::string& root, int count, uint64_t size, uint32_t version = 1);
