@@ -322,6 +322,14 @@ struct Guarded<Op, kind> {
   }
 };
 
+// Python's open() asks whether each file it opens is a terminal (isatty(): TCGETS). Answered
+// here, not by libfuse, so that the stats count it: it is one of an open's round trips.
+void op_ioctl(fuse_req_t req, fuse_ino_t /*ino*/, unsigned int /*cmd*/, void* /*arg*/,
+              fuse_file_info* /*fi*/, unsigned /*flags*/, const void* /*in_buf*/,
+              size_t /*in_bufsz*/, size_t /*out_bufsz*/) {
+  fuse_reply_err(req, ENOTTY);
+}
+
 // Every modifying operation ends here.
 void reply_read_only(fuse_req_t req) { fuse_reply_err(req, kReadOnlyError); }
 
@@ -369,6 +377,7 @@ fuse_lowlevel_ops make_operations() {
   ops.write = Guarded<op_write>::call;
   ops.create = Guarded<op_create>::call;
   ops.flush = Guarded<op_flush, Request::kFlush>::call;
+  ops.ioctl = Guarded<op_ioctl, Request::kIoctl>::call;
   ops.fsync = Guarded<op_fsync>::call;
   ops.setxattr = [](fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
     reply_read_only(req);

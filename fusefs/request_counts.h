@@ -13,11 +13,21 @@
 
 namespace epochfs::fusefs {
 
-enum class Request : uint8_t { kLookup, kGetattr, kOpen, kRead, kFlush, kRelease, kOther, kKinds };
+enum class Request : uint8_t {
+  kLookup,
+  kGetattr,
+  kOpen,
+  kRead,
+  kFlush,
+  kRelease,
+  kIoctl,
+  kOther,
+  kKinds
+};
 
 // The names the stats and the metrics give them, in Request's order.
 inline constexpr std::array<const char*, static_cast<size_t>(Request::kKinds)> kRequestNames = {
-    "lookup", "getattr", "open", "read", "flush", "release", "other"};
+    "lookup", "getattr", "open", "read", "flush", "release", "ioctl", "other"};
 
 using RequestFigures = std::array<uint64_t, static_cast<size_t>(Request::kKinds)>;
 
