@@ -87,6 +87,7 @@ struct FileHandle {
   std::string control_content;
   // For a file being written into .epochfs/: the order or manifest it carries.
   std::unique_ptr<prefetch::OrderUpload> upload;
+  std::optional<prefetch::ProcessRef> writer;  // the process that created it, if known
   cachestore::Mutex upload_mu;      // writes and flushes of one handle may come from two threads
   std::optional<uid_t> charged_to;  // the user whose open it is (Filesystem::opens_)
 };
@@ -181,10 +182,11 @@ class Filesystem {
                                           const Caller& caller);
   // Data written to an upload; EROFS for any other file.
   cachestore::Status write(FileHandle& file, uint64_t offset, std::string_view data);
-  // The writer closed one of its descriptors: an upload with bytes in it is published now;
-  // EINVAL if it was refused (cut short, no usable entries), with the reason in the log and in
-  // stats. An upload with no bytes yet waits (see the definition).
-  cachestore::Status flush(FileHandle& file);
+  // Thread closer closed one of its descriptors: if it is the writer's, an upload with bytes
+  // in it is published now; EINVAL if it was refused (cut short, no usable entries), with the
+  // reason in the log and in stats. An upload with no bytes yet waits, and so does one another
+  // process closed (see the definition).
+  cachestore::Status flush(FileHandle& file, pid_t closer);
   // The writer synced the file, or closed its last descriptor: an upload is published now,
   // empty or not; EINVAL if it was refused.
   cachestore::Status sync(FileHandle& file);

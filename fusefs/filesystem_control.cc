@@ -249,10 +249,12 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,
   auto handle = std::make_unique<FileHandle>();
   handle->is_control = true;
   handle->charged_to = caller.uid;
+  auto publisher = prefetch::Publisher::of(caller.uid, caller.gid, caller.pid);
+  handle->writer = publisher.process;
   handle->upload =
       engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
                                                  : prefetch::OrderUpload::Kind::kOrder,
-                           prefetch::Publisher::of(caller.uid, caller.gid, caller.pid));
+                           std::move(publisher));
   const InodeId id = next_upload_id_.fetch_add(1, std::memory_order_relaxed);
   return CreateResult{Entry{id, control_attr(id)}, files_.add(std::move(handle))};
 }
@@ -275,8 +277,14 @@ Status publish_upload(FileHandle& file) {
 
 }  // namespace
 
-Status Filesystem::flush(FileHandle& file) {
+Status Filesystem::flush(FileHandle& file, pid_t closer) {
   if (!file.upload) {
+    return Status::ok();
+  }
+  // Every process the writer starts inherits its descriptors (a shell's command substitution,
+  // `(echo '#epoch 3'; shuf list) > .epochfs/order`) and closes them as it ends, before the
+  // writer is done: only the writer's own closes publish. Others' wait for the release.
+  if (file.writer && prefetch::process_of(closer) != file.writer) {
     return Status::ok();
   }
   cachestore::MutexLock lock(file.upload_mu);

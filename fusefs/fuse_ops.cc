@@ -228,7 +228,7 @@ void op_flush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
     fuse_reply_err(req, ENOSYS);
     return;
   }
-  reply_status(req, fs_of(req).flush(*file_of(fi)));
+  reply_status(req, fs_of(req).flush(*file_of(fi), fuse_req_ctx(req)->pid));
 }
 
 // An upload is published at fsync, which reports its verdict whatever the data path (a close

@@ -485,6 +485,19 @@ TEST_CASE("control files: odd writes, killed writers and other operations", "[mo
     wait_publishes(mount, 4);  // at release, after the close has returned
     CHECK_FALSE(last_verdict(mount).ok);
   }
+  SECTION("a child's close of the writer's descriptor does not publish") {
+    // A command substitution, or any command the writing shell runs, inherits the descriptor
+    // and closes it when it ends: that close published the header alone and turned the
+    // entries away (`write error: Invalid argument`, "not published: no entries").
+    auto r = run_command({"bash", "-c",
+                          "{ echo '#epoch 0'; for f in $(echo f0 f1 f2); do echo $f; done; "
+                          "/bin/true; echo f3; } > " +
+                              control + "by-script"});
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(last_verdict(mount) == Verdict{true, 4, 0});
+    CHECK(stat_of(mount, "prefetch.publishes") == 2);
+  }
   SECTION("mv and cp from another filesystem publish") {
     std::ofstream(dir / "moved.txt") << order;
     auto r = run_command({"mv", dir / "moved.txt", control + "moved"});
