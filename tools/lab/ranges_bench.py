@@ -106,17 +106,19 @@ class Reader:
             self.rows._mmap.close()  # unmapped: its pages are dropped with the page cache
 
 
-def ranges_of(fmt, source_path, mount_path, order):
-    """The order's ranges, read from the source's file, named by their paths in the mount."""
+def ranges_of(fmt, source_path, mount_path, order, merge=True):
+    """The order's ranges, read from the source's file, named by their paths in the mount
+    (merge=False: one per sample, for a manifest)."""
     if fmt == "npy":
         r = epochfs.ranges.npy(source_path, order)
     elif fmt == "hdf5":
-        r = epochfs.ranges.hdf5(source_path, "x", order)
+        r = epochfs.ranges.hdf5(source_path, "x", order, merge=merge)
     else:
         r = epochfs.ranges.lmdb(source_path, [b"%08d" % i for i in order])
     prefix = os.path.dirname(source_path)
     mnt = os.path.dirname(mount_path)
-    return [(os.path.join(mnt, os.path.relpath(p, prefix)), o, n) for p, o, n in r]
+    in_mount = {p: os.path.join(mnt, os.path.relpath(p, prefix)) for p in {p for p, _, _ in r}}
+    return [(in_mount[p], o, n) for p, o, n in r]
 
 
 def drop_caches():
@@ -137,14 +139,21 @@ def run_epochs(a, path, *, mnt=None, source_path=None):
         drop_caches()
         before = source_bytes(mnt) if mnt else 0
         start = time.monotonic()
-        if source_path:
+        if source_path and a.publish == "ranges":
             epochfs.publish_ranges(mnt, ranges_of(a.format, source_path, path, order), epoch=e)
+        elif source_path:
+            if e == 0:  # the samples' ranges once, in index order: then each epoch's indices
+                epochfs.set_range_manifest(
+                    mnt, ranges_of(a.format, source_path, path, range(a.rows), merge=False))
+            epochfs.publish(mnt, order, epoch=e)
+        published = time.monotonic() - start
         reader = Reader(a.format, path)
         for i in order:
             reader.read(i)
         reader.close()
         seconds = time.monotonic() - start
-        row = {"epoch": e + 1, "seconds": seconds, "samples_per_s": a.rows / seconds}
+        row = {"epoch": e + 1, "seconds": seconds, "samples_per_s": a.rows / seconds,
+               "publish_seconds": published}
         if mnt:
             row["source_bytes"] = source_bytes(mnt) - before
         rows.append(row)
@@ -203,6 +212,9 @@ def main():
     ap.add_argument("--open-ms", type=float, default=2)
     ap.add_argument("--read-ms", type=float, default=1)
     ap.add_argument("--mbs", type=float, default=200)
+    ap.add_argument("--publish", choices=("ranges", "indices"), default="indices",
+                    help="ranges: each epoch's ranges (publish_ranges); indices: a manifest of "
+                    "every sample's range before epoch 1, then each epoch's indices")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every figure to this file")
     a = ap.parse_args()

@@ -161,7 +161,7 @@ def set_range_manifest(mount, ranges, *, name=None, job=None):
     """
     root = _root(mount)
     header = ["#form ranges"] + _header(job=job, manifest=name)
-    lines, count = _counted((_range_line(root, r) for r in ranges), ranges)
+    lines, count = _counted(_range_lines(root, ranges), ranges)
     _write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines,
            needs_format=ORDER_FORMAT)
 
@@ -215,7 +215,7 @@ def publish_ranges(mount, ranges, *, epoch=None, stream=None, job=None, restart=
     """
     root = _root(mount)
     names = _header(job=job, manifest=None, stream=stream)
-    lines, count = _counted((_range_line(root, r) for r in ranges), ranges)
+    lines, count = _counted(_range_lines(root, ranges), ranges)
     header = ["#form ranges"]
     if epoch is not None:
         header.append("#epoch %d" % int(epoch))
@@ -227,12 +227,21 @@ def publish_ranges(mount, ranges, *, epoch=None, stream=None, job=None, restart=
     return _verdict(root)
 
 
-def _range_line(root, item):
-    path, offset, length = item
-    offset, length = operator.index(offset), operator.index(length)
-    if offset < 0 or length <= 0:
-        raise ValueError("a range needs an offset >= 0 and a length > 0: %r" % (item,))
-    return "%d %d %s" % (offset, length, _relative(root, path))
+def _range_lines(root, ranges):
+    # A dataset file is named once per sample: its relative path is worked out once (relpath
+    # was nine tenths of a publish's time).
+    relative = {}
+    for item in ranges:
+        path, offset, length = item
+        offset, length = operator.index(offset), operator.index(length)
+        if offset < 0 or length <= 0:
+            raise ValueError("a range needs an offset >= 0 and a length > 0: %r" % (item,))
+        rel = relative.get(path) if isinstance(path, (str, bytes)) else None
+        if rel is None:
+            rel = _relative(root, path)
+            if isinstance(path, (str, bytes)):
+                relative[path] = rel
+        yield "%d %d %s" % (offset, length, rel)
 
 
 def _verdict(root):

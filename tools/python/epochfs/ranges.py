@@ -49,12 +49,13 @@ def npy(path, indices):
     return [(path, start + int(i) * row, row) for i in indices]
 
 
-def hdf5(path, dataset, indices):
+def hdf5(path, dataset, indices, *, merge=True):
     """Rows ``indices`` (along the first axis) of ``dataset`` in the HDF5 file at ``path``.
 
     A contiguous dataset's row is one range. A chunked one's row lies in the chunk holding it,
     which is read whole (and decompressed) to read the row: the range is that chunk. Rows of
-    one chunk read in a row are one range.
+    one chunk read in a row are one range, unless ``merge`` is False: one range per index, as
+    :func:`epochfs.set_range_manifest` needs (its index ``i`` names ``ranges[i]``).
     """
     import h5py
 
@@ -77,7 +78,7 @@ def hdf5(path, dataset, indices):
                 info = d.id.get_chunk_info_by_coord((first,) + (0,) * (len(d.shape) - 1))
                 chunks[first] = (info.byte_offset, info.size)
             offset, size = chunks[first]
-            if not out or out[-1] != (path, offset, size):
+            if not merge or not out or out[-1] != (path, offset, size):
                 out.append((path, offset, size))
         return out
 
