@@ -84,6 +84,12 @@ def test_hdf5_rows_contiguous_and_chunked(workdir):
                 for i in order:
                     assert np.array_equal(f[name][i], array[i])
         assert m.stats()["block_hits"] > 0
+        # A manifest's index i names ranges[i]: one range per row, the chunks repeated.
+        path = os.path.join(src, "d.h5")
+        merged = epochfs.ranges.hdf5(path, "chunked", range(ROWS))
+        each = epochfs.ranges.hdf5(path, "chunked", range(ROWS), merge=False)
+        assert len(merged) < ROWS and len(each) == ROWS
+        assert each[0] == each[63] == merged[0] and each[64] == merged[1]
     finally:
         m.unmount()
 
