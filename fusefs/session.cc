@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,10 +85,6 @@ void fill_args(const MountOptions& o, FuseArgs& args) {
     args.add(extra);
   }
 }
-
-struct SessionDeleter {
-  void operator()(fuse_session* se) const { fuse_session_destroy(se); }
-};
 
 int serve(fuse_session* se, const MountOptions& o, Filesystem& fs) {
   // Requests still being served when the connection ends are finished first: none may wait
@@ -180,6 +177,148 @@ void keep_large_blocks_mapped() {
   mallopt(M_MMAP_THRESHOLD, kMmapThreshold);  // NOLINT(concurrency-mt-unsafe): no thread yet
 }
 
+// What must exist before the fork, each opened so that its failure is told in the user's
+// terminal: the source, the cache directory, the metrics port.
+struct Resources {
+  cachestore::RootDir source;
+  struct stat root_st;
+  std::unique_ptr<cachestore::CacheStore> cache;
+  std::unique_ptr<MetricsListener> listener;
+};
+
+std::optional<Resources> open_resources(const MountOptions& o) {
+  auto source = cachestore::RootDir::open(o.source);
+  if (!source.is_ok()) {
+    fprintf(stderr, "epochfs: cannot open source %s\n", source.status().to_string().c_str());
+    return std::nullopt;
+  }
+  auto root_st = source.value().stat_at("");
+  if (!root_st.is_ok()) {
+    fprintf(stderr, "epochfs: cannot stat source %s\n", root_st.status().to_string().c_str());
+    return std::nullopt;
+  }
+  std::unique_ptr<cachestore::CacheStore> cache;
+  if (o.cache.capacity_bytes > 0) {
+    auto opened = cachestore::CacheStore::open(o.cache, std::make_unique<cachestore::LruPolicy>());
+    if (!opened.is_ok()) {
+      fprintf(stderr, "epochfs: cannot use the cache directory: %s\n",
+              opened.status().to_string().c_str());
+      return std::nullopt;
+    }
+    cache = std::move(opened).value();
+  }
+  std::unique_ptr<MetricsListener> listener;
+  if (!o.metrics_listen.empty()) {
+    auto bound = MetricsListener::bind(o.metrics_listen);
+    if (!bound.is_ok()) {
+      fprintf(stderr, "epochfs: cannot listen: %s\n", bound.status().to_string().c_str());
+      return std::nullopt;
+    }
+    listener = std::move(bound).value();
+  }
+  return Resources{std::move(source).value(), root_st.value(), std::move(cache),
+                   std::move(listener)};
+}
+
+// The libfuse session from its creation to its unmount: the destructor undoes, in reverse,
+// each step that was taken, whichever step failed.
+class Session {
+ public:
+  // Prints why on failure.
+  static std::unique_ptr<Session> create(const MountOptions& o, Filesystem& fs) {
+    FuseArgs arg_strings;
+    fill_args(o, arg_strings);
+    fuse_args args = arg_strings.build();
+    auto session = std::unique_ptr<Session>(new Session);
+    // Takes the standard connection options (splice_write, ...) out of args for op_init.
+    session->conn_opts_ = fuse_parse_conn_info_opts(&args);
+    if (session->conn_opts_ == nullptr) {
+      fuse_opt_free_args(&args);
+      fprintf(stderr, "epochfs: bad -o option\n");
+      return nullptr;
+    }
+    set_conn_info_opts(session->conn_opts_);
+    session->se_ = fuse_session_new(&args, &fuse_operations(), sizeof(fuse_lowlevel_ops), &fs);
+    fuse_opt_free_args(&args);
+    if (session->se_ == nullptr) {
+      fprintf(stderr, "epochfs: cannot create the FUSE session (see the message above)\n");
+      return nullptr;
+    }
+    // Verify drops damaged copies from the kernel's page cache too (Filesystem::run_verify).
+    fs.set_invalidate_pages([se = session->se_](InodeId id) {
+      const int rc = fuse_lowlevel_notify_inval_inode(se, id, 0, 0);
+      if (rc != 0 && rc != -ENOENT) {  // ENOENT: the kernel has no such node any more
+        cachestore::log(LogLevel::kWarning, "cannot drop the kernel's pages of a damaged copy: %s",
+                        cachestore::error_text(-rc).c_str());
+      }
+    });
+    if (fuse_set_signal_handlers(session->se_) != 0) {
+      fprintf(stderr, "epochfs: cannot install signal handlers\n");
+      return nullptr;
+    }
+    session->handlers_ = true;
+    return session;
+  }
+
+  bool mount(const std::string& mountpoint) {
+    mounted_ = fuse_session_mount(se_, mountpoint.c_str()) == 0;
+    if (!mounted_) {
+      fprintf(stderr, "epochfs: cannot mount on %s (see the message above)\n", mountpoint.c_str());
+    }
+    return mounted_;
+  }
+
+  fuse_session* get() const { return se_; }
+
+  ~Session() {
+    if (mounted_) {
+      fuse_session_unmount(se_);
+    }
+    if (handlers_) {
+      fuse_remove_signal_handlers(se_);
+    }
+    if (se_ != nullptr) {
+      fuse_session_destroy(se_);
+    }
+    free(conn_opts_);  // op_init, which reads it, has run or never will
+  }
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  Session() = default;
+
+  fuse_session* se_ = nullptr;
+  fuse_conn_info_opts* conn_opts_ = nullptr;
+  bool handlers_ = false;
+  bool mounted_ = false;
+};
+
+// Where the log goes once the mount is in place (before the fork: syslog in the background).
+void direct_log(const MountOptions& o) {
+  if (!o.log_file.empty()) {
+    cachestore::set_log_sink(cachestore::LogSink::kFile, "epochfs");
+  } else if (!o.foreground) {
+    cachestore::set_log_sink(cachestore::LogSink::kSyslog, "epochfs");
+  }
+}
+
+// Serves until the mount ends, with the metrics written and listened for meanwhile: they
+// stop before the filesystem they read goes.
+int serve_with_metrics(const MountOptions& o, fuse_session* se, Filesystem& fs,
+                       std::unique_ptr<MetricsListener> listener) {
+  std::unique_ptr<MetricsFileWriter> metrics;
+  if (!o.metrics_file.empty()) {
+    metrics = std::make_unique<MetricsFileWriter>(
+        o.metrics_file, [&fs] { return fs.metrics(); }, kMetricsPeriod);
+  }
+  if (listener) {
+    listener->start([&fs] { return fs.metrics(); });
+  }
+  return serve(se, o, fs);
+}
+
 }  // namespace
 
 int run_mount(const MountOptions& options) {
@@ -190,100 +329,29 @@ int run_mount(const MountOptions& options) {
   // A worker makes one call into the source at a time: one calling thread each, and one for
   // the prober, so that calls never queue while the source is well.
   o.engine.source.threads = o.threads + 1;
-  auto source = cachestore::RootDir::open(o.source);
-  if (!source.is_ok()) {
-    fprintf(stderr, "epochfs: cannot open source %s\n", source.status().to_string().c_str());
+  auto resources = open_resources(o);
+  if (!resources) {
     return 1;
-  }
-  auto root_st = source.value().stat_at("");
-  if (!root_st.is_ok()) {
-    fprintf(stderr, "epochfs: cannot stat source %s\n", root_st.status().to_string().c_str());
-    return 1;
-  }
-  std::unique_ptr<cachestore::CacheStore> cache;
-  if (o.cache.capacity_bytes > 0) {
-    // Opened here, before any fork, so a bad --cache-dir fails in the user's terminal.
-    auto opened = cachestore::CacheStore::open(o.cache, std::make_unique<cachestore::LruPolicy>());
-    if (!opened.is_ok()) {
-      fprintf(stderr, "epochfs: cannot use the cache directory: %s\n",
-              opened.status().to_string().c_str());
-      return 1;
-    }
-    cache = std::move(opened).value();
-  }
-  // Bound here, before any fork, so a port in use fails in the user's terminal.
-  std::unique_ptr<MetricsListener> listener;
-  if (!o.metrics_listen.empty()) {
-    auto bound = MetricsListener::bind(o.metrics_listen);
-    if (!bound.is_ok()) {
-      fprintf(stderr, "epochfs: cannot listen: %s\n", bound.status().to_string().c_str());
-      return 1;
-    }
-    listener = std::move(bound).value();
   }
   FilesystemOptions fs_options = o.fs;
   fs_options.implicit_opens = o.data_path == DataPath::kNoOpen;
   fs_options.labels = MountLabels{o.mountpoint, o.source};
-  Filesystem fs(std::move(source).value(), root_st.value(), fs_options, std::move(cache), o.engine);
-
-  FuseArgs arg_strings;
-  fill_args(o, arg_strings);
-  fuse_args args = arg_strings.build();
-  // Takes the standard connection options (splice_write, ...) out of args for op_init.
-  fuse_conn_info_opts* conn_opts = fuse_parse_conn_info_opts(&args);
-  if (conn_opts == nullptr) {
-    fprintf(stderr, "epochfs: bad -o option\n");
+  Filesystem fs(std::move(resources->source), resources->root_st, fs_options,
+                std::move(resources->cache), o.engine);
+  auto session = Session::create(o, fs);
+  if (!session || !session->mount(o.mountpoint)) {
     return 1;
   }
-  set_conn_info_opts(conn_opts);
-  std::unique_ptr<fuse_session, SessionDeleter> se(
-      fuse_session_new(&args, &fuse_operations(), sizeof(fuse_lowlevel_ops), &fs));
-  fuse_opt_free_args(&args);
-  if (!se) {
-    fprintf(stderr, "epochfs: cannot create the FUSE session (see the message above)\n");
-    return 1;
-  }
-  // Verify drops damaged copies from the kernel's page cache too (Filesystem::run_verify).
-  fs.set_invalidate_pages([session = se.get()](InodeId id) {
-    const int rc = fuse_lowlevel_notify_inval_inode(session, id, 0, 0);
-    if (rc != 0 && rc != -ENOENT) {  // ENOENT: the kernel has no such node any more
-      cachestore::log(LogLevel::kWarning, "cannot drop the kernel's pages of a damaged copy: %s",
-                      cachestore::error_text(-rc).c_str());
-    }
-  });
-  if (fuse_set_signal_handlers(se.get()) != 0) {
-    fprintf(stderr, "epochfs: cannot install signal handlers\n");
-    return 1;
-  }
-  if (fuse_session_mount(se.get(), o.mountpoint.c_str()) != 0) {
-    fprintf(stderr, "epochfs: cannot mount on %s (see the message above)\n", o.mountpoint.c_str());
-    fuse_remove_signal_handlers(se.get());
-    return 1;
-  }
-  if (!passthrough::install(se.get(), o.data_path)) {
+  if (!passthrough::install(session->get(), o.data_path)) {
     cachestore::log(LogLevel::kWarning, "data path: classic (%s)", passthrough::why_not());
   }
-  if (!o.log_file.empty()) {
-    cachestore::set_log_sink(cachestore::LogSink::kFile, "epochfs");
-  } else if (!o.foreground) {
-    cachestore::set_log_sink(cachestore::LogSink::kSyslog, "epochfs");
-  }
+  direct_log(o);
   // In the background the parent exits 0 here, the mount in place; the child goes on.
   if (fuse_daemonize(o.foreground ? 1 : 0) != 0) {
-    fuse_session_unmount(se.get());
-    fuse_remove_signal_handlers(se.get());
     return 1;
   }
   fs.start();  // threads only now: none may exist across fuse_daemonize's fork
   cachestore::start_log_flusher();
-  std::unique_ptr<MetricsFileWriter> metrics;
-  if (!o.metrics_file.empty()) {
-    metrics = std::make_unique<MetricsFileWriter>(
-        o.metrics_file, [&fs] { return fs.metrics(); }, kMetricsPeriod);
-  }
-  if (listener) {
-    listener->start([&fs] { return fs.metrics(); });
-  }
   cachestore::log(LogLevel::kInfo, "serving %s at %s", o.source.c_str(), o.mountpoint.c_str());
   if (!limit_note.empty()) {
     cachestore::log(LogLevel::kWarning, "%s", limit_note.c_str());
@@ -292,13 +360,10 @@ int run_mount(const MountOptions& options) {
     cachestore::log(LogLevel::kInfo,
                     "data path: no-open (the kernel opens files itself and keeps their pages)");
   }
-  const int rc = serve(se.get(), o, fs);
+  const int rc = serve_with_metrics(o, session->get(), fs, std::move(resources->listener));
   fs.unmounted();
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
-  fuse_session_unmount(se.get());
-  fuse_remove_signal_handlers(se.get());
-  free(conn_opts);
-  return rc;
+  return rc;  // the session unmounts, and only then the filesystem goes
 }
 
 }  // namespace epochfs::fusefs
