@@ -275,6 +275,16 @@ class Planner final : public cachestore::NextUseOracle {
   // The job publisher's upload belongs to, or a refusal in *report.
   Job* job_of(const Publisher& publisher, const OrderHeader& header, PublishReport* report)
       REQUIRES(mu_);
+  // entries placed in job's stream as its order: refused (why) with no job (job_of's refusal),
+  // over a limit, or by the schedule.
+  cachestore::Result<Schedule::Published> place(Job* job, const OrderHeader& header,
+                                                const std::string& stream,
+                                                std::vector<FileId> entries, const std::string& why)
+      REQUIRES(mu_);
+  // The stream's stats follow what the schedule did with a published order: a new stream
+  // starts them, a restart closes its history.
+  void follow_published(Job& job, const Schedule::Published& p, const std::string& stream)
+      REQUIRES(mu_);
   // The staging window of a stream (prefetch/lookahead.h), from what has been measured.
   WindowInputs window_inputs(size_t stream) const REQUIRES(mu_);
   uint64_t window_for(size_t stream) const REQUIRES(mu_);

@@ -184,7 +184,62 @@ std::string sample_note(const EntrySample& sample) {
          (sample.mostly_missing() ? " (paths are relative to the source's root)" : "");
 }
 
+// What a published order's message says.
+std::string published_message(const Job& job, const PublishReport& report,
+                              const Schedule::Published& p) {
+  return "job " + job.name + " stream " + report.stream + " epoch " + std::to_string(p.epoch) +
+         ": " + std::to_string(report.accepted) + " entries published" +
+         (p.restarted  ? " (restarting the stream)"
+          : p.replaced ? " (replacing the earlier order)"
+                       : "") +
+         ", " + std::to_string(report.rejects.total) + " skipped" + sample_note(report.sample);
+}
+
 }  // namespace
+
+cachestore::Result<Schedule::Published> Planner::place(Job* job, const OrderHeader& header,
+                                                       const std::string& stream,
+                                                       std::vector<FileId> entries,
+                                                       const std::string& why) {
+  if (job == nullptr) {
+    return cachestore::Status::error(EDQUOT, why);
+  }
+  cachestore::Status admitted = admission(*job, header, false, entries.size());
+  if (!admitted.is_ok()) {
+    ++publishes_over_limit_;
+    return admitted;
+  }
+  return schedule_.publish(Jobs::stream_key(*job, stream), header.epoch, std::move(entries),
+                           job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid),
+                           header.restart);
+}
+
+void Planner::follow_published(Job& job, const Schedule::Published& p, const std::string& stream) {
+  if (p.new_stream) {
+    reset_stream(p.stream);
+    stream_job_[p.stream] = &job;
+    job.streams.push_back(p.stream);
+    streams_[p.stream].name = stream;
+    streams_[p.stream].job = job.name;
+    streams_[p.stream].uid = job.uid;
+  }
+  if (p.restarted) {
+    // Epoch numbers start over: what the run before did stays in total, not in history
+    // (which is keyed by epoch number).
+    StreamStats& st = streams_[p.stream];
+    ++st.restarts;
+    add_record(st.total, st.current);
+    st.history.clear();
+    st.current = EpochRecord{};
+    finish_after_count_[p.stream] = false;
+    epoch_started_ns_[p.stream] = now_ns();
+  }
+  if (streams_[p.stream].current.opens == 0) {
+    const auto view = schedule_.view(p.stream);
+    streams_[p.stream].current.epoch = view.epoch;
+    streams_[p.stream].current.length = view.epoch_length;
+  }
+}
 
 PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& header,
                                std::vector<FileId> entries, RejectReport rejects,
@@ -204,73 +259,28 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
   {
     MutexLock lock(mu_);
     Job* job = job_of(publisher, header, &report);
-    cachestore::Status admitted = cachestore::Status::ok();
-    std::string key;
-    if (job != nullptr) {
-      key = Jobs::stream_key(*job, report.stream);
-      admitted = admission(*job, header, false, entries.size());
-      if (!admitted.is_ok()) {
-        ++publishes_over_limit_;
-      }
-    }
-    auto published =
-        job == nullptr || !admitted.is_ok()
-            ? cachestore::Result<Schedule::Published>(
-                  job == nullptr ? cachestore::Status::error(EDQUOT, report.message) : admitted)
-            : schedule_.publish(key, header.epoch, std::move(entries),
-                                job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid),
-                                header.restart);
+    auto published = place(job, header, report.stream, std::move(entries), report.message);
     if (!published.is_ok()) {
-      const std::string why =
-          job == nullptr ? report.message : "not published: " + published.status().context();
-      report.message = "stream " + report.stream + ": " + why;
+      report.message =
+          "stream " + report.stream + ": " +
+          (job == nullptr ? report.message : "not published: " + published.status().context());
       if (job != nullptr && job->streams.empty() && job->manifests.empty()) {
         jobs_.erase(*job);  // a refused first upload leaves nothing behind
       }
-      report = record(std::move(report));
     } else {
       const auto& p = published.value();
       report.ok = true;
       report.epoch = p.epoch;
-      report.message =
-          "job " + job->name + " stream " + report.stream + " epoch " + std::to_string(p.epoch) +
-          ": " + std::to_string(report.accepted) + " entries published" +
-          (p.restarted  ? " (restarting the stream)"
-           : p.replaced ? " (replacing the earlier order)"
-                        : "") +
-          ", " + std::to_string(report.rejects.total) + " skipped" + sample_note(sample);
-      if (p.new_stream) {
-        reset_stream(p.stream);
-        stream_job_[p.stream] = job;
-        job->streams.push_back(p.stream);
-        streams_[p.stream].name = report.stream;
-        streams_[p.stream].job = job->name;
-        streams_[p.stream].uid = job->uid;
-      }
-      if (p.restarted) {
-        // Epoch numbers start over: what the run before did stays in total, not in history
-        // (which is keyed by epoch number).
-        StreamStats& st = streams_[p.stream];
-        ++st.restarts;
-        add_record(st.total, st.current);
-        st.history.clear();
-        st.current = EpochRecord{};
-        finish_after_count_[p.stream] = false;
-        epoch_started_ns_[p.stream] = now_ns();
-      }
+      report.message = published_message(*job, report, p);
+      follow_published(*job, p, report.stream);
       // Before the order is in place would be better still; from here, the publisher's next
       // open of a file it names by ranges reads it by blocks.
       set_block_files(*job, "stream " + report.stream, std::move(block_files));
       note_rejects(p.stream, report.rejects);
-      if (streams_[p.stream].current.opens == 0) {
-        const auto view = schedule_.view(p.stream);
-        streams_[p.stream].current.epoch = view.epoch;
-        streams_[p.stream].current.length = view.epoch_length;
-      }
       dirty_ = true;
       wake_.notify_one();
-      report = record(std::move(report));
     }
+    report = record(std::move(report));
   }
   cachestore::log(report.ok ? LogLevel::kInfo : LogLevel::kWarning, "publish: %s",
                   report.message.c_str());
