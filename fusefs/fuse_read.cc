@@ -26,35 +26,30 @@ using cachestore::Status;
 // and the reader can be answered from the source instead. (Handing the copy's fd to
 // fuse_reply_data would let libfuse reply the error to the reader itself.)
 struct CopyPipe {
-  int r = -1;
-  int w = -1;
+  cachestore::UniqueFd r;
+  cachestore::UniqueFd w;
   size_t capacity = 0;
 
-  ~CopyPipe() { reset(); }
-
   void reset() {
-    if (r >= 0) {
-      close(r);
-      close(w);
-    }
-    r = w = -1;
+    r.reset();
+    w.reset();
     capacity = 0;
   }
 
   // Ready for len bytes at off; false if this pipe cannot hold them. A pipe holds one page per
   // slot, and a read not aligned to a page touches one page more than its length says.
   bool ready(off_t off, size_t len) {
-    if (r < 0) {
+    if (!r.valid()) {
       int fds[2];
       if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         return false;
       }
-      r = fds[0];
-      w = fds[1];
+      r.reset(fds[0]);
+      w.reset(fds[1]);
       // Beyond the per-user pipe limit the kernel refuses to grow it: keep the default size,
       // which still takes the small reads.
-      const int got = fcntl(w, F_SETPIPE_SZ, 1 << 20);
-      const int size = got > 0 ? got : fcntl(w, F_GETPIPE_SZ);
+      const int got = fcntl(w.get(), F_SETPIPE_SZ, 1 << 20);
+      const int size = got > 0 ? got : fcntl(w.get(), F_GETPIPE_SZ);
       capacity = size > 0 ? static_cast<size_t>(size) : 0;
     }
     return pipe_holds(capacity, off, len);
@@ -67,7 +62,7 @@ struct CopyPipe {
     while (total < len) {
       loff_t pos = off + static_cast<off_t>(total);
       const ssize_t n =
-          splice(fd, &pos, w, nullptr, len - total, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+          splice(fd, &pos, w.get(), nullptr, len - total, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n < 0 && errno == EINTR) {
         continue;
       }
@@ -85,7 +80,7 @@ struct CopyPipe {
   // True if nothing is left in the pipe (a reply that failed half-way leaves bytes behind).
   bool empty() const {
     int queued = 0;
-    return ioctl(r, FIONREAD, &queued) == 0 && queued == 0;
+    return ioctl(r.get(), FIONREAD, &queued) == 0 && queued == 0;
   }
 };
 
@@ -110,7 +105,7 @@ CopyRead reply_from_copy(fuse_req_t req, const FileHandle& file, int fd, size_t 
   }
   fuse_bufvec buf = FUSE_BUFVEC_INIT(expected);
   buf.buf[0].flags = FUSE_BUF_IS_FD;
-  buf.buf[0].fd = pipe.r;
+  buf.buf[0].fd = pipe.r.get();
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
   if (!pipe.empty()) {
     pipe.reset();
