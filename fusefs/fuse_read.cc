@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cachestore/unique_fd.h"
 #include "fusefs/control_dir.h"
 #include "fusefs/copy_read.h"
 #include "fusefs/filesystem.h"
