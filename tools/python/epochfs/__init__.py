@@ -35,7 +35,9 @@ import re
 import tempfile
 import warnings
 
-__version__ = "0.2.0"  # tools/python/pyproject.toml's version; a test checks they match
+# The package's version, pyproject.toml's too; configuring the build fails unless it is the
+# project's (CMakeLists.txt).
+__version__ = "0.2.0"
 
 __all__ = [
     "PublishError",
