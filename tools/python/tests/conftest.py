@@ -12,13 +12,10 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 BINARY = os.environ.get("EPOCHFS_BINARY", "epochfs")
 

@@ -16,7 +16,7 @@ np = pytest.importorskip("numpy")
 
 from epochfs.torch import NodeAwareSampler  # noqa: E402
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "lab", "multinode_model.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "lab", "multinode_model.py")
 
 
 def load():
