@@ -19,6 +19,19 @@ backward cachestore 'prefetch|fusefs|tools|test'
 backward prefetch 'fusefs|tools|test'
 backward fusefs 'tools|test'
 backward tools/cli 'tools/lab|test'
+# A module shows the modules above it its front door and the small types it hands out; a
+# header above that includes anything else of it for a type points at the wrong house.
+exposes() {  # exposes MODULE 'HEADER|...' FILES...: FILES include only those of MODULE's headers
+  local module=$1 allowed=$2
+  shift 2
+  if grep -nE "#include \"$module/" "$@" | grep -vE "#include \"$module/($allowed)\.h\""; then
+    echo "check: a header above $module includes one of its internals (it shows: $allowed)" >&2
+    status=1
+  fi
+}
+exposes cachestore 'cache_store|eviction_policy|file_id|file_version|root_dir|status|sync|unique_fd' \
+  prefetch/*.h fusefs/*.h
+exposes prefetch 'engine|file_registry|order_parser' fusefs/*.h
 # Only the adapter talks to libfuse (the fixture filesystems under test/fixtures are FUSE
 # programs of their own).
 if grep -nE '#include <fuse' -r cachestore prefetch fusefs tools --include='*.h' --include='*.cc' |
