@@ -90,6 +90,10 @@ struct CacheStats {
   uint64_t hung_disk_bypasses = 0;  // opens of ready copies served from the source: disk hung
   uint64_t errors_no_space = 0;     // ENOSPC, EDQUOT
   uint64_t errors_io = 0;           // EIO, EROFS and any other cache-disk error
+  // The verify under way (or the last one): copies done with (checked, or gone meanwhile) of
+  // those it set out to check.
+  uint64_t verify_checked = 0;
+  uint64_t verify_total = 0;
 };
 
 // What a verification of every copy found.

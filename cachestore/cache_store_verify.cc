@@ -22,6 +22,11 @@ VerifyReport CacheStore::verify_all() {
     }
   }
   VerifyReport report;
+  {
+    MutexLock lock(mu_);
+    counters_.verify_checked = 0;
+    counters_.verify_total = ids.size();
+  }
   for (FileId id : ids) {
     std::string name;
     uint64_t size = 0;
@@ -31,7 +36,8 @@ VerifyReport CacheStore::verify_all() {
       MutexLock lock(mu_);
       auto it = entries_.find(id);
       if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
-        continue;  // evicted or dropped since the list was made
+        ++counters_.verify_checked;  // evicted or dropped since the list was made: done with
+        continue;
       }
       ++it->second.pins;  // not evicted while we read it
       name = CacheDir::object_name(it->second.key);
@@ -50,6 +56,7 @@ VerifyReport CacheStore::verify_all() {
       MutexLock lock(mu_);
       auto it = entries_.find(id);
       ++report.checked;
+      ++counters_.verify_checked;
       report.bytes += size;
       if (!good && it != entries_.end()) {
         it->second.doomed = true;

@@ -144,6 +144,8 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("hung_disk_bypasses", c.hung_disk_bypasses);
   o.field("errors_no_space", c.errors_no_space);
   o.field("errors_io", c.errors_io);
+  o.field("verify_checked", c.verify_checked);
+  o.field("verify_total", c.verify_total);
   o.close();
 }
 

@@ -923,6 +923,9 @@ TEST_CASE("epochfs verify finds a copy altered in place and drops it", "[mount][
   CHECK(clean.exit_code == 0);
   CHECK(clean.output.find("checked 4 cached copies") != std::string::npos);
   CHECK(clean.output.find(": 0 damaged") != std::string::npos);
+  // How far it got, as a terminal's progress line reads it.
+  CHECK(stat_of(mount, "cache.verify_total") == 4);
+  CHECK(stat_of(mount, "cache.verify_checked") == 4);
 
   auto objects = cached_objects(mount.cache_root());
   REQUIRE(objects.size() == 4);

@@ -526,6 +526,16 @@ TEST_CASE("epochfs clean removes what dead mounts left, nothing live, nothing el
   const CommandResult again = run_epochfs({"clean", "--cache-dir", cache});
   CHECK(again.exit_code == 0);
   CHECK(lines_with(again.output, "removed 0 directories") == 1);
+  CHECK(real.output.find('\r') == std::string::npos);  // no progress line but on a terminal
+  // On a terminal (script(1) gives it one) a removal is announced while it runs, then wiped.
+  make_dead_cache(dead);
+  const CommandResult on_tty = run_command(
+      {"script", "-qec", std::string(EPOCHFS_BINARY) + " clean --cache-dir " + cache, "/dev/null"});
+  INFO(on_tty.output);
+  CHECK(on_tty.exit_code == 0);
+  CHECK(on_tty.output.find("\rremoving " + dead) != std::string::npos);
+  CHECK(on_tty.output.find("\r\033[K") != std::string::npos);
+  CHECK(lines_with(on_tty.output, "removed 1 directory") == 1);
 }
 
 TEST_CASE("the daemon's threads are named for their role", "[mount][lifecycle]") {

@@ -11,6 +11,7 @@
 #include "cachestore/leftovers.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
+#include "tools/cli/progress.h"
 #include "tools/cli/stats_doc.h"
 
 namespace epochfs::tools {
@@ -49,12 +50,15 @@ int cmd_clean(const CleanOptions& o) {
   uint64_t total_bytes = 0;
   size_t count = 0;
   int failed = 0;
+  Progress progress;  // removing a million copies takes minutes
   // Each is held (its lock taken) from the search to its removal: no mount adopts it meanwhile.
   for (const cachestore::Leftover& l : cachestore::find_dead_cache_dirs(root)) {
     const uint64_t bytes = cachestore::disk_bytes(root, l.entry.name);
     const std::string size = human_bytes(static_cast<double>(bytes));
     if (!o.dry_run) {
+      progress.show("removing " + root + "/" + l.entry.name + " (" + size + ")...", true);
       cachestore::Status s = cachestore::remove_leftover(root, l);
+      progress.clear();
       if (!s.is_ok()) {
         printf("cannot remove %s/%s (%s): %s\n", root.c_str(), l.entry.name.c_str(), describe(l),
                s.to_string().c_str());

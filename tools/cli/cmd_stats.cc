@@ -3,13 +3,16 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <utility>
 
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
+#include "tools/cli/progress.h"
 #include "tools/cli/stats_doc.h"
 #include "tools/cli/stats_view.h"
 
@@ -104,10 +107,32 @@ int cmd_stats(const std::string& path, bool json, bool all) {
   return 0;
 }
 
+namespace {
+
+// Reads .epochfs/verify, which runs the check in the daemon: it reads every cached copy, for
+// minutes in a large cache. Meanwhile a terminal sees how far it has got.
+std::optional<std::pair<std::string, StatsDoc>> run_verify(const std::string& mountpoint) {
+  auto control = std::async(std::launch::async, [&] { return read_control(mountpoint, "verify"); });
+  Progress progress;
+  // Not at once: a refusal or a small cache answers before the first look.
+  while (control.wait_for(std::chrono::milliseconds(250)) != std::future_status::ready) {
+    auto doc = read_stats(mountpoint);
+    const double total = doc ? doc->number("cache.verify_total").value_or(0) : 0;
+    const double checked = doc ? doc->number("cache.verify_checked").value_or(0) : 0;
+    char line[160];
+    snprintf(line, sizeof(line), "verifying %s: %.0f of %.0f cached copies", mountpoint.c_str(),
+             checked, total);
+    progress.show(line);
+  }
+  progress.clear();
+  return control.get();
+}
+
+}  // namespace
+
 int cmd_verify(const std::string& path) {
   const std::string mountpoint = absolute_path(path);
-  // Opening the control file runs the check in the daemon; it reads every cached copy.
-  auto control = read_control(mountpoint, "verify");
+  auto control = run_verify(mountpoint);
   if (!control) {
     return 1;
   }

@@ -11,6 +11,7 @@
 
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
+#include "tools/cli/progress.h"
 #include "tools/cli/stats_doc.h"
 
 namespace epochfs::tools {
@@ -38,14 +39,24 @@ bool running(pid_t pid) {
 // none) to be gone from its name.
 void wait_for_daemon(pid_t pid, const std::string& cache_dir,
                      std::chrono::steady_clock::time_point start) {
+  Progress progress;
   while (running(pid)) {
     const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= std::chrono::seconds(1)) {
+      char line[160];
+      snprintf(line, sizeof(line), "unmounted; the daemon (pid %d) is letting go of %s: %.0f s",
+               pid, cache_dir.empty() ? "the mount" : "its cache",
+               std::chrono::duration<double>(waited).count());
+      progress.show(line);
+    }
     if (waited >= kQuickExit && !cache_dir.empty() && ::access(cache_dir.c_str(), F_OK) != 0 &&
         errno == ENOENT) {
+      progress.clear();
       fprintf(stderr, "epochfs: unmounted; the daemon (pid %d) goes on removing its cache\n", pid);
       return;
     }
     if (waited >= kDaemonExitWait) {
+      progress.clear();
       fprintf(stderr, "epochfs: unmounted; the daemon (pid %d) is still cleaning up\n", pid);
       return;
     }
