@@ -27,13 +27,11 @@ that into one warning instead.
 import collections
 import errno
 import itertools
-import json
-import numbers
-import operator
 import os
-import re
-import tempfile
 import warnings
+
+from epochfs import _control
+from epochfs._control import PublishError
 
 # The package's version, pyproject.toml's too; configuring the build fails unless it is the
 # project's (CMakeLists.txt).
@@ -52,17 +50,12 @@ __all__ = [
     "stats",
 ]
 
-_CONTROL = ".epochfs"
+PublishError.__module__ = __name__  # raised to users as epochfs.PublishError
+
 _counter = itertools.count()
-_CHUNK = 1 << 20  # bytes written per write() call
 _NOTHING = object()
-# The daemon's names (#job, #manifest, #stream): 1 to 64 of these characters.
-_NAME_MAX = 64
-_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class PublishError(OSError):
-    """The daemon refused an order or a manifest; the message says why."""
+# The shuffle-file format this package writes (3: range orders).
+ORDER_FORMAT = _control.ORDER_FORMAT
 
 
 class Published(collections.namedtuple(
@@ -91,7 +84,7 @@ def find_mount(path):
     if not os.path.isdir(path):
         path = os.path.dirname(path)
     while True:
-        if os.path.isfile(os.path.join(path, _CONTROL, "stats")):
+        if os.path.isfile(os.path.join(path, _control.CONTROL, "stats")):
             return path
         parent = os.path.dirname(path)
         if parent == path:
@@ -106,8 +99,7 @@ def is_epochfs(path):
 
 def stats(mount):
     """The mount's statistics (``<mount>/.epochfs/stats``, docs/stats.md) as a dict."""
-    with open(os.path.join(_root(mount), _CONTROL, "stats"), encoding="utf-8") as f:
-        return json.load(f)
+    return _control.read_stats(_root(mount))
 
 
 def job_id():
@@ -130,13 +122,7 @@ def job_id():
                 job += "." + os.environ["SLURM_STEP_ID"]
         else:
             job = "pid%d" % os.getpid()
-    return _sanitize_name(job)
-
-
-def _sanitize_name(name):
-    """``name`` made a valid job, manifest or stream name: each character outside
-    ``A-Z a-z 0-9 . _ -`` replaced with ``_``, cut to 64 bytes."""
-    return _NAME_BAD.sub("_", name)[:_NAME_MAX]
+    return _control.sanitize_name(job)
 
 
 def set_manifest(mount, paths, *, name=None, job=None):
@@ -149,8 +135,9 @@ def set_manifest(mount, paths, *, name=None, job=None):
     """
     root = _root(mount)
     header = _header(job=job, manifest=name)
-    lines, count = _counted((_relative(root, p) for p in paths), paths)
-    _write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines)
+    lines, count = _control.counted((_control.relative(root, p) for p in paths), paths)
+    _control.write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines,
+                   __version__)
 
 
 def set_range_manifest(mount, ranges, *, name=None, job=None):
@@ -163,9 +150,9 @@ def set_range_manifest(mount, ranges, *, name=None, job=None):
     """
     root = _root(mount)
     header = ["#form ranges"] + _header(job=job, manifest=name)
-    lines, count = _counted(_range_lines(root, ranges), ranges)
-    _write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines,
-           needs_format=ORDER_FORMAT)
+    lines, count = _control.counted(_control.range_lines(root, ranges), ranges)
+    _control.write(root, "manifest", header + ["#count %d" % count, "#line 1"], lines,
+                   __version__, needs_format=ORDER_FORMAT)
 
 
 def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, restart=False):
@@ -191,18 +178,19 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
     items = iter(order)
     first = next(items, _NOTHING)
     items = itertools.chain([] if first is _NOTHING else [first], items)
-    if _is_index(first):
-        form, lines = "indices", (_index_line(i) for i in items)
+    if _control.is_index(first):
+        form, lines = "indices", (_control.index_line(i) for i in items)
     else:
-        form, lines = "paths", (_relative(root, p) for p in items)
-    lines, count = _counted(lines, order)
+        form, lines = "paths", (_control.relative(root, p) for p in items)
+    lines, count = _control.counted(lines, order)
     header = ["#form " + form]
     if epoch is not None:
         header.append("#epoch %d" % int(epoch))
     if restart:
         header.append("#restart")
     header += names + ["#count %d" % count, "#line 1"]  # rejects count the order's items
-    _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines)
+    _control.write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines,
+                   __version__)
     return _verdict(root)
 
 
@@ -217,33 +205,27 @@ def publish_ranges(mount, ranges, *, epoch=None, stream=None, job=None, restart=
     """
     root = _root(mount)
     names = _header(job=job, manifest=None, stream=stream)
-    lines, count = _counted(_range_lines(root, ranges), ranges)
+    lines, count = _control.counted(_control.range_lines(root, ranges), ranges)
     header = ["#form ranges"]
     if epoch is not None:
         header.append("#epoch %d" % int(epoch))
     if restart:
         header.append("#restart")
     header += names + ["#count %d" % count, "#line 1"]
-    _write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines,
-           needs_format=ORDER_FORMAT)
+    _control.write(root, "order-%d-%d" % (os.getpid(), next(_counter)), header, lines,
+                   __version__, needs_format=ORDER_FORMAT)
     return _verdict(root)
 
 
-def _range_lines(root, ranges):
-    # A dataset file is named once per sample: its relative path is worked out once (relpath
-    # was nine tenths of a publish's time).
-    relative = {}
-    for item in ranges:
-        path, offset, length = item
-        offset, length = operator.index(offset), operator.index(length)
-        if offset < 0 or length <= 0:
-            raise ValueError("a range needs an offset >= 0 and a length > 0: %r" % (item,))
-        rel = relative.get(path) if isinstance(path, (str, bytes)) else None
-        if rel is None:
-            rel = _relative(root, path)
-            if isinstance(path, (str, bytes)):
-                relative[path] = rel
-        yield "%d %d %s" % (offset, length, rel)
+def _header(job=None, manifest=None, stream=None):
+    """The name directives: ``#stream`` and ``#manifest`` when given, ``#job`` always."""
+    lines = []
+    if stream is not None:
+        lines.append("#stream " + _control.checked_name("stream", stream))
+    lines.append("#job " + _control.checked_name("job", job_id() if job is None else job))
+    if manifest is not None:
+        lines.append("#manifest " + _control.checked_name("manifest", manifest))
+    return lines
 
 
 def _verdict(root):
@@ -266,145 +248,3 @@ def _root(mount):
     return root
 
 
-def _is_index(item):
-    # numpy's integer types register as numbers.Integral; bool is an int but not an index.
-    return isinstance(item, numbers.Integral) and not isinstance(item, bool)
-
-
-def _index_line(item):
-    if not _is_index(item):
-        raise ValueError("an order of indices holds a path: %r" % (item,))
-    return str(operator.index(item))
-
-
-def _counted(lines, source):
-    """(lines, count): the count from len(source), else by spooling the lines to a file."""
-    try:
-        return lines, len(source)
-    except TypeError:
-        pass
-    spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape")
-    count = 0
-    for line in lines:
-        spool.write(line + "\n")
-        count += 1
-    spool.seek(0)
-    return (line[:-1] for line in spool), count
-
-
-def _relative(root, path):
-    if _is_index(path):
-        raise ValueError("an order of paths holds an index: %r" % (path,))
-    # Names that are not UTF-8 arrive as surrogate escapes (os.listdir) or bytes; they are
-    # written as the bytes they stand for, and the daemon skips such an entry, counted.
-    path = os.fsdecode(os.fspath(path))
-    if os.path.isabs(path):
-        path = os.path.relpath(path, root)
-    if "\n" in path or "\r" in path:
-        raise ValueError("a path in an order cannot hold a line break: %r" % path)
-    return path
-
-
-def _header(job=None, manifest=None, stream=None):
-    """The name directives: ``#stream`` and ``#manifest`` when given, ``#job`` always."""
-    lines = []
-    if stream is not None:
-        lines.append("#stream " + _checked_name("stream", stream))
-    lines.append("#job " + _checked_name("job", job_id() if job is None else job))
-    if manifest is not None:
-        lines.append("#manifest " + _checked_name("manifest", manifest))
-    return lines
-
-
-def _checked_name(what, name):
-    # Checked here, not left to the daemon: it would skip a bad directive and file the order
-    # under the default job, stream or manifest, and a line break would forge other headers.
-    name = str(name)
-    if not name or len(name) > _NAME_MAX or _NAME_BAD.search(name):
-        raise ValueError("a %s name is 1 to %d of A-Z a-z 0-9 . _ -, not %r"
-                         % (what, _NAME_MAX, name))
-    return name
-
-
-# The newest shuffle-file format this package writes (3: range orders); an order of paths or
-# indices needs a daemon of format 2 (with #restart). The daemon says which it reads in its
-# stats (``order_format``; absent before there was a choice: 1).
-ORDER_FORMAT = 3
-_PLAIN_FORMAT = 2
-# (mount root, the mount's st_dev) -> the format its daemon reads: asked once per mount.
-_daemon_formats = {}
-
-
-def _check_format(root, needs=_PLAIN_FORMAT):
-    """Raises PublishError if the daemon at root cannot read format ``needs``."""
-    key = (root, os.stat(root).st_dev)
-    if key not in _daemon_formats:
-        _daemon_formats[key] = int(stats(root).get("order_format", 1))
-    daemon = _daemon_formats[key]
-    if daemon < needs:
-        raise PublishError(
-            errno.EPROTO,
-            "the epochfs daemon of %s reads order format %d, this package (%s) writes %d: "
-            "upgrade the daemon, or use the package that came with it" % (
-                root, daemon, __version__, needs), root)
-
-
-def _write(root, name, header, lines, needs_format=_PLAIN_FORMAT):
-    """Writes one file into the control directory; fsync (or the close) publishes it."""
-    _check_format(root, needs_format)
-    path = os.path.join(root, _CONTROL, name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        piece, size = [], 0
-        for line in itertools.chain(header, lines):
-            piece.append(line)
-            size += len(line) + 1
-            if size >= _CHUNK:
-                _write_all(fd, piece)
-                piece, size = [], 0
-        _write_all(fd, piece)
-    except OSError as e:  # a write over a limit of the daemon's: the close records why
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        raise _refused(root, e, path) from None
-    except BaseException:
-        try:
-            os.close(fd)  # the daemon refuses what was written: empty, or short of its #count
-        except OSError:
-            pass
-        raise
-    # fsync publishes and reports a refusal; the close would too, but with
-    # --data-path no-open a close does not reach the daemon.
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        try:
-            os.close(fd)
-        except OSError:
-            pass  # the close repeats the refusal
-        raise _refused(root, e, path) from None
-    try:
-        os.close(fd)
-    except OSError as e:
-        raise _refused(root, e, path) from None
-
-
-def _write_all(fd, lines):
-    if not lines:
-        return
-    data = memoryview(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def _refused(root, error, path):
-    return PublishError(error.errno, _last_message(root) or os.strerror(error.errno), path)
-
-
-def _last_message(root):
-    try:
-        return stats(root)["prefetch"]["last_publish"]["message"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

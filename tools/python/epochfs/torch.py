@@ -97,7 +97,7 @@ def _tag(mount, data_dir, paths):
     """(base, suffix): the data dir's name relative to the mount and its de-duplicating
     suffix (``""``, ``".2"``, ...) among this process's samplers."""
     rel = os.path.relpath(os.path.abspath(data_dir), mount)
-    base = "root" if rel == os.curdir else epochfs._sanitize_name(rel.replace(os.sep, "."))
+    base = "root" if rel == os.curdir else epochfs._control.sanitize_name(rel.replace(os.sep, "."))
     key = (len(paths), hash(tuple(paths)))
     with _tags_lock:
         owners = _tags.setdefault((mount, base), [])
@@ -109,7 +109,7 @@ def _tag(mount, data_dir, paths):
 
 def _named(base, suffix):
     # Cuts the base, not the suffix, so that a de-duplicated or per-rank name stays distinct.
-    return base[:epochfs._NAME_MAX - len(suffix)] + suffix
+    return base[:epochfs._control.NAME_MAX - len(suffix)] + suffix
 
 
 def _reproducible(sampler):

@@ -1,0 +1,184 @@
+"""The control directory's protocol, for the public functions of :mod:`epochfs`: the lines an
+order is made of (names, paths, indices, ranges) and how a file of them is written into
+``<mount>/.epochfs/`` and published (docs/user-guide.md, "The shuffle file")."""
+
+import errno
+import itertools
+import json
+import numbers
+import operator
+import os
+import re
+import tempfile
+
+CONTROL = ".epochfs"
+_CHUNK = 1 << 20  # bytes written per write() call
+# The daemon's names (#job, #manifest, #stream): 1 to 64 of these characters.
+NAME_MAX = 64
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class PublishError(OSError):
+    """The daemon refused an order or a manifest; the message says why."""
+
+
+def read_stats(root):
+    """The stats document of the mount at root, as a dict."""
+    with open(os.path.join(root, CONTROL, "stats"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def sanitize_name(name):
+    """``name`` made a valid job, manifest or stream name: each character outside
+    ``A-Z a-z 0-9 . _ -`` replaced with ``_``, cut to 64 bytes."""
+    return _NAME_BAD.sub("_", name)[:NAME_MAX]
+
+
+def checked_name(what, name):
+    # Checked here, not left to the daemon: it would skip a bad directive and file the order
+    # under the default job, stream or manifest, and a line break would forge other headers.
+    name = str(name)
+    if not name or len(name) > NAME_MAX or _NAME_BAD.search(name):
+        raise ValueError("a %s name is 1 to %d of A-Z a-z 0-9 . _ -, not %r"
+                         % (what, NAME_MAX, name))
+    return name
+
+
+# The newest shuffle-file format this package writes (3: range orders); an order of paths or
+# indices needs a daemon of format 2 (with #restart). The daemon says which it reads in its
+# stats (``order_format``; absent before there was a choice: 1).
+ORDER_FORMAT = 3
+PLAIN_FORMAT = 2
+# (mount root, the mount's st_dev) -> the format its daemon reads: asked once per mount.
+_daemon_formats = {}
+
+
+def check_format(root, version, needs=PLAIN_FORMAT):
+    """Raises PublishError if the daemon at root cannot read format ``needs`` (this package,
+    of ``version``, writes it)."""
+    key = (root, os.stat(root).st_dev)
+    if key not in _daemon_formats:
+        _daemon_formats[key] = int(read_stats(root).get("order_format", 1))
+    daemon = _daemon_formats[key]
+    if daemon < needs:
+        raise PublishError(
+            errno.EPROTO,
+            "the epochfs daemon of %s reads order format %d, this package (%s) writes %d: "
+            "upgrade the daemon, or use the package that came with it" % (
+                root, daemon, version, needs), root)
+
+
+def write(root, name, header, lines, version, needs_format=PLAIN_FORMAT):
+    """Writes one file into the control directory; fsync (or the close) publishes it."""
+    check_format(root, version, needs_format)
+    path = os.path.join(root, CONTROL, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        piece, size = [], 0
+        for line in itertools.chain(header, lines):
+            piece.append(line)
+            size += len(line) + 1
+            if size >= _CHUNK:
+                _write_all(fd, piece)
+                piece, size = [], 0
+        _write_all(fd, piece)
+    except OSError as e:  # a write over a limit of the daemon's: the close records why
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        raise refused(root, e, path) from None
+    except BaseException:
+        try:
+            os.close(fd)  # the daemon refuses what was written: empty, or short of its #count
+        except OSError:
+            pass
+        raise
+    # fsync publishes and reports a refusal; the close would too, but with
+    # --data-path no-open a close does not reach the daemon.
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # the close repeats the refusal
+        raise refused(root, e, path) from None
+    try:
+        os.close(fd)
+    except OSError as e:
+        raise refused(root, e, path) from None
+
+
+def _write_all(fd, lines):
+    if not lines:
+        return
+    data = memoryview(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def refused(root, error, path):
+    return PublishError(error.errno, last_message(root) or os.strerror(error.errno), path)
+
+
+def last_message(root):
+    try:
+        return read_stats(root)["prefetch"]["last_publish"]["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+def is_index(item):
+    # numpy's integer types register as numbers.Integral; bool is an int but not an index.
+    return isinstance(item, numbers.Integral) and not isinstance(item, bool)
+
+
+def index_line(item):
+    if not is_index(item):
+        raise ValueError("an order of indices holds a path: %r" % (item,))
+    return str(operator.index(item))
+
+
+def counted(lines, source):
+    """(lines, count): the count from len(source), else by spooling the lines to a file."""
+    try:
+        return lines, len(source)
+    except TypeError:
+        pass
+    spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape")
+    count = 0
+    for line in lines:
+        spool.write(line + "\n")
+        count += 1
+    spool.seek(0)
+    return (line[:-1] for line in spool), count
+
+
+def relative(root, path):
+    if is_index(path):
+        raise ValueError("an order of paths holds an index: %r" % (path,))
+    # Names that are not UTF-8 arrive as surrogate escapes (os.listdir) or bytes; they are
+    # written as the bytes they stand for, and the daemon skips such an entry, counted.
+    path = os.fsdecode(os.fspath(path))
+    if os.path.isabs(path):
+        path = os.path.relpath(path, root)
+    if "\n" in path or "\r" in path:
+        raise ValueError("a path in an order cannot hold a line break: %r" % path)
+    return path
+
+
+def range_lines(root, ranges):
+    # A dataset file is named once per sample: its relative path is worked out once (relpath
+    # was nine tenths of a publish's time).
+    known = {}
+    for item in ranges:
+        path, offset, length = item
+        offset, length = operator.index(offset), operator.index(length)
+        if offset < 0 or length <= 0:
+            raise ValueError("a range needs an offset >= 0 and a length > 0: %r" % (item,))
+        rel = known.get(path) if isinstance(path, (str, bytes)) else None
+        if rel is None:
+            rel = relative(root, path)
+            if isinstance(path, (str, bytes)):
+                known[path] = rel
+        yield "%d %d %s" % (offset, length, rel)
