@@ -45,7 +45,9 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
                options.limits.upload_bytes_per_user, "--max-upload-memory",
                options.limits.upload_bytes),
       paths_("bytes of paths in the path registry", "--max-path-memory-per-user",
-             options.limits.path_bytes_per_user, "--max-path-memory", options.limits.path_bytes) {
+             options.limits.path_bytes_per_user, "--max-path-memory", options.limits.path_bytes),
+      publish_cpu_(options.limits.publish_cpu_share * 1000,
+                   options.limits.publish_cpu_burst_s * 1000) {
   PlannerOptions planner;
   planner.lookahead = options_.lookahead;
   planner.stage_threads = options_.stage_threads;

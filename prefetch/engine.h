@@ -307,6 +307,9 @@ class Engine final : public PrefetchSink {
   // Whether rel_path names a file creds may read (an order's entry looked up as it is
   // published); nullopt if the source could not say.
   std::optional<bool> names_file(const std::string& rel_path, const Credentials& creds);
+  // Charges upload's CPU time to uid (publish_cpu_), or refuses it at once if uid has used
+  // its share.
+  void meter_cpu(OrderUpload& upload, uid_t uid);
   // The two steps of reclaim: a batch of candidates to release (how many left the list for
   // good: released, or pinned), released ids to recycle.
   size_t release_candidates();
@@ -341,6 +344,8 @@ class Engine final : public PrefetchSink {
   UserLedger paths_;                   // memory of the paths users' orders registered
   // Look-ups in the source as users publish (names_file): 64 at once, then 16 a second, each.
   UserRate look_ups_{16, 64};
+  // The CPU time, in ms, each user's uploads may take of the daemon's (JobLimits).
+  UserRate publish_cpu_;
   std::deque<Released> released_;  // the planning thread's only (reclaim), as is:
   int64_t last_reclaim_ns_ = 0;
   std::atomic<uint64_t> paths_released_{0};

@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <sys/stat.h>
 
+#include <cmath>
+#include <cstdio>
+
 #include "prefetch/credentials.h"
 #include "prefetch/engine.h"
 
@@ -21,6 +24,9 @@ std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publis
   // The ids it finds are not handed out again for other paths until it is done (one held
   // open holds back every id's recycling, not their release: engine_reclaim.cc).
   upload->hold(Grace::Ticket(grace_));
+  if (charged) {
+    meter_cpu(*upload, creds.uid);
+  }
   if (cache_) {
     upload->look_up_entries_with(
         [this, charged, creds = std::move(creds)](const std::string& rel) -> std::optional<bool> {
@@ -31,6 +37,25 @@ std::unique_ptr<OrderUpload> Engine::begin_upload(OrderUpload::Kind kind, Publis
         });
   }
   return upload;
+}
+
+void Engine::meter_cpu(OrderUpload& upload, uid_t uid) {
+  // Parsing, registering and publishing are the daemon's work on a user's behalf, as long
+  // as they write: charged by the CPU time they take, so that one user who publishes order
+  // after order cannot take the daemon's cores from everyone else's opens.
+  if (const double wait_s = publish_cpu_.wait_s(uid, now_ns()); wait_s > 0) {
+    char why[256];
+    snprintf(why, sizeof(why),
+             "user %u used its share of the daemon's time for publishing (%.0f s of CPU at "
+             "once, then %.0f%% of a core: --max-publish-cpu-per-user): publish again in %.0f s",
+             static_cast<unsigned>(uid), options_.limits.publish_cpu_burst_s,
+             100 * options_.limits.publish_cpu_share, std::ceil(wait_s));
+    upload.refuse_from_start(why);
+    return;
+  }
+  upload.meter_cpu_with([this, uid](int64_t ns) {
+    publish_cpu_.spend(uid, static_cast<double>(ns) / 1e6, now_ns());
+  });
 }
 
 std::optional<bool> Engine::names_file(const std::string& rel_path, const Credentials& creds) {

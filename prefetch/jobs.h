@@ -85,6 +85,11 @@ struct JobLimits {
   uint64_t path_bytes = uint64_t{3} << 30;
   // A job with no publish and no open of its streams' files for this long ends.
   double idle_timeout_s = 3600;
+  // The daemon's CPU time one user's uploads (parsing, registering, publishing) may take: a
+  // burst of this many seconds, refilled at `publish_cpu_share` of one core. An ImageNet-21k
+  // order (14 M paths) takes ~7 s; past the bucket, the user's next upload is refused.
+  double publish_cpu_burst_s = 20;
+  double publish_cpu_share = 0.1;
 };
 
 struct Job {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cachestore/sync.h"
 #include "prefetch/blocks.h"
 
 namespace epochfs::prefetch {
@@ -35,7 +36,35 @@ void OrderUpload::hand_over_registered() {
   }
 }
 
+namespace {
+
+// Hands the CPU time the calling thread spends in its scope to meter, if there is one.
+class CpuCharge {
+ public:
+  explicit CpuCharge(const OrderUpload::CpuMeter& meter)
+      : meter_(meter), start_ns_(meter ? cachestore::thread_cpu_ns() : 0) {}
+
+  ~CpuCharge() {
+    if (meter_) {
+      meter_(cachestore::thread_cpu_ns() - start_ns_);
+    }
+  }
+
+  CpuCharge(const CpuCharge&) = delete;
+  CpuCharge& operator=(const CpuCharge&) = delete;
+
+ private:
+  const OrderUpload::CpuMeter& meter_;
+  const int64_t start_ns_;
+};
+
+}  // namespace
+
 cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {
+  const CpuCharge charge(cpu_meter_);
+  if (broken_ && over_limit_ && !report_) {
+    return cachestore::Status::error(EDQUOT, *broken_);
+  }
   if (report_ || broken_) {
     return cachestore::Status::error(EINVAL, "write after the upload ended");
   }
@@ -282,6 +311,7 @@ const PublishReport& OrderUpload::finish() {
   if (report_) {
     return *report_;
   }
+  const CpuCharge charge(cpu_meter_);
   cachestore::Status parsed = parser_.finish();
   if (broken_ || !parsed.is_ok()) {
     report_ = refuse("not published: " + (broken_ ? *broken_ : parsed.context()));

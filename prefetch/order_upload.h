@@ -66,6 +66,19 @@ class OrderUpload {
   // Holds ticket (prefetch/grace.h) until the upload goes.
   void hold(Grace::Ticket ticket) { ticket_ = std::move(ticket); }
 
+  // Called with the CPU time (ns, of the calling thread) each write and the finish took, for
+  // the engine to charge to the writer.
+  using CpuMeter = std::function<void(int64_t ns)>;
+
+  void meter_cpu_with(CpuMeter meter) { cpu_meter_ = std::move(meter); }
+
+  // Turns the upload away before any of it is read, over a limit: its writes fail with EDQUOT
+  // and the finish refuses it, saying why.
+  void refuse_from_start(std::string why) {
+    broken_ = std::move(why);
+    over_limit_ = true;
+  }
+
   // Whether any write has come, good or not.
   bool started() const { return next_offset_ > 0 || broken_.has_value(); }
 
@@ -128,6 +141,7 @@ class OrderUpload {
   bool over_limit_ = false;            // broken by a limit
   std::optional<PublishReport> report_;
   LookUp look_up_;
+  CpuMeter cpu_meter_;
   Grace::Ticket ticket_;
 };
 

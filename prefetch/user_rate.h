@@ -26,11 +26,20 @@ class UserRate {
   // Takes one token of uid's at now_ns (a steady clock); false, taking none, if uid has none.
   bool take(uid_t uid, int64_t now_ns) EXCLUDES(mu_);
 
+  // Takes amount of uid's tokens at now_ns, into debt if need be: for work measured once
+  // done (CPU time), which the next request of uid's then waits out.
+  void spend(uid_t uid, double amount, int64_t now_ns) EXCLUDES(mu_);
+  // Seconds from now_ns until uid has a token again; 0 if it has one.
+  double wait_s(uid_t uid, int64_t now_ns) EXCLUDES(mu_);
+
  private:
   struct Bucket {
     double tokens;
     int64_t at_ns;  // when tokens was last brought up to date
   };
+
+  // uid's bucket, brought up to date at now_ns.
+  Bucket& bucket(uid_t uid, int64_t now_ns) REQUIRES(mu_);
 
   const double per_s_;
   const double burst_;

@@ -229,6 +229,29 @@ TEST_CASE("paths only ended jobs' orders named are forgotten, and their charge g
   CHECK(stat_of(mount, "paths_released") == 80000);
 }
 
+TEST_CASE("one user's publishing takes no more of the daemon's time than its share",
+          "[mount][tenant]") {
+  Node node(10);
+  // A millisecond of CPU at once, then a tenth of a core: an order of 200,000 new paths takes
+  // far more, and its user then waits while another user publishes.
+  Mount mount(node.dir / "src", node.dir / "mnt",
+              {"--allow-other", "--max-publish-cpu-per-user", "0.001"});
+  const auto order_of = [](const std::string& job, int n) {
+    std::string order = "#job " + job + "\n";
+    for (int i = 0; i < n; ++i) {
+      order += "new/" + std::to_string(i) + "\n";
+    }
+    return order;
+  };
+  CHECK(run_as(kAttacker, [&] { return write_order(mount, order_of("a", 200000)); }) == 0);
+  CHECK(run_as(kAttacker, [&] { return write_order(mount, order_of("b", 10)); }) != 0);
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  CHECK(contains(doc->values["prefetch.last_publish.message"],
+                 "used its share of the daemon's time for publishing"));
+  CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+}
+
 TEST_CASE("one user's jobs cannot take every stream of the mount", "[mount][tenant]") {
   Node node(10);
   Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});

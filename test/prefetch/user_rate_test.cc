@@ -39,5 +39,15 @@ TEST_CASE("a clock read out of order gives no tokens back", "[rate]") {
   CHECK(taken(rate, 1000, 10 * kSecond + kSecond / 4, 10) == 4);
 }
 
+TEST_CASE("work measured once done goes into debt, which the user then waits out", "[rate]") {
+  UserRate rate(100, 1000);  // ms of CPU: a tenth of a core, a second at once
+  CHECK(rate.wait_s(1000, 0) == 0);
+  rate.spend(1000, 1500, 0);                    // a publish took 1.5 s
+  CHECK(rate.wait_s(1000, 0) == Approx(5.01));  // back to 1 ms from -500 at 100 ms a second
+  CHECK(rate.wait_s(1000, 5 * kSecond) == Approx(0.01));
+  CHECK(rate.wait_s(1000, 6 * kSecond) == 0);
+  CHECK(rate.wait_s(1001, 0) == 0);  // another user's bucket is full
+}
+
 }  // namespace
 }  // namespace epochfs::prefetch

@@ -63,6 +63,11 @@ void add_job_options(CLI::App* cmd, prefetch::JobLimits& limits) {
                   "user cannot take them all")
       ->default_val(limits.streams_per_user)
       ->check(CLI::Range(1, 1023));
+  cmd->add_option("--max-publish-cpu-per-user", limits.publish_cpu_burst_s,
+                  "Seconds of the daemon's CPU one user's publishing may take at once, then a "
+                  "tenth of a core; past it, the user's next order is refused until it refills")
+      ->default_val(limits.publish_cpu_burst_s)
+      ->check(CLI::Range(0.001, 1e6));
   cmd->add_option("--job-idle-timeout", limits.idle_timeout_s,
                   "Seconds without a publish or an open of its files after which a job ends, "
                   "even if its processes still run")
