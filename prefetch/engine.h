@@ -314,6 +314,9 @@ class Engine final : public PrefetchSink {
   // good: released, or pinned), released ids to recycle.
   size_t release_candidates();
   void recycle_released();
+  // Spends cpu_ns of reclaiming from the publishing share of the users of uids, one share per
+  // id.
+  void charge_reclaim(const std::vector<uid_t>& uids, int64_t cpu_ns);
   // Whether a copy (in flight, or in the cache) holds each id: one hold of each lock.
   std::vector<bool> copies_hold(const std::vector<FileId>& ids);
 

@@ -11,6 +11,8 @@
 //  2. Recycle. Once every operation under way at the release has ended (prefetch/grace.h),
 //     and still nothing holds it, the id may name another path: what is kept per id goes,
 //     and the rest of the charge (FileRegistry::kBytesPerPath) goes back.
+#include <unordered_map>
+
 #include "prefetch/engine.h"
 
 namespace epochfs::prefetch {
@@ -53,7 +55,24 @@ std::vector<bool> Engine::copies_hold(const std::vector<FileId>& ids) {
   return held;
 }
 
+void Engine::charge_reclaim(const std::vector<uid_t>& uids, int64_t cpu_ns) {
+  // Forgetting a user's paths is work their orders made: the batch's CPU time is spent from
+  // their publishing share (publish_cpu_), split by how many of the batch were theirs.
+  if (uids.empty()) {
+    return;
+  }
+  std::unordered_map<uid_t, size_t> of_user;
+  for (uid_t uid : uids) {
+    ++of_user[uid];
+  }
+  const int64_t now = cachestore::now_ns();
+  for (const auto& [uid, n] : of_user) {
+    publish_cpu_.spend(uid, static_cast<double>(cpu_ns) * n / uids.size() / 1e6, now);
+  }
+}
+
 size_t Engine::release_candidates() {
+  const int64_t start_cpu = cachestore::thread_cpu_ns();
   const auto batch = planner_->take_candidates(kReclaimBatch);
   std::vector<FileId> ids;
   for (const auto& c : batch) {
@@ -80,10 +99,16 @@ size_t Engine::release_candidates() {
     released_.push_back(Released{c.id, c.uid, epoch});
     paths_released_.fetch_add(1, std::memory_order_relaxed);
   }
+  std::vector<uid_t> uids;
+  for (const auto& c : batch) {
+    uids.push_back(c.uid);
+  }
+  charge_reclaim(uids, cachestore::thread_cpu_ns() - start_cpu);
   return done.size();
 }
 
 void Engine::recycle_released() {
+  const int64_t start_cpu = cachestore::thread_cpu_ns();
   const uint64_t now = grace_.advance();
   std::vector<Released> due;
   while (due.size() < kReclaimBatch && !released_.empty() && released_.front().epoch + 2 <= now) {
@@ -109,6 +134,11 @@ void Engine::recycle_released() {
     registry_.recycle(r.id);
     paths_.release(r.uid, FileRegistry::kBytesPerPath);
   }
+  std::vector<uid_t> uids;
+  for (const Released& r : due) {
+    uids.push_back(r.uid);
+  }
+  charge_reclaim(uids, cachestore::thread_cpu_ns() - start_cpu);
 }
 
 }  // namespace epochfs::prefetch
