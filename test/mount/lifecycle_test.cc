@@ -528,9 +528,12 @@ TEST_CASE("epochfs clean removes what dead mounts left, nothing live, nothing el
   CHECK(lines_with(again.output, "removed 0 directories") == 1);
   CHECK(real.output.find('\r') == std::string::npos);  // no progress line but on a terminal
   // On a terminal (script(1) gives it one) a removal is announced while it runs, then wiped.
+  // script's own input is /dev/null: with none at all (a CI job's) it would print nothing.
   make_dead_cache(dead);
-  const CommandResult on_tty = run_command(
-      {"script", "-qec", std::string(EPOCHFS_BINARY) + " clean --cache-dir " + cache, "/dev/null"});
+  const CommandResult on_tty =
+      run_command({"sh", "-c",
+                   "script -qec '" + std::string(EPOCHFS_BINARY) + " clean --cache-dir " + cache +
+                       "' /dev/null </dev/null"});
   INFO(on_tty.output);
   CHECK(on_tty.exit_code == 0);
   CHECK(on_tty.output.find("\rremoving " + dead) != std::string::npos);
