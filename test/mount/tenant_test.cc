@@ -252,6 +252,27 @@ TEST_CASE("one user's publishing takes no more of the daemon's time than its sha
   CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
 }
 
+TEST_CASE("one number, --max-memory, sets what users' orders may make the daemon hold",
+          "[mount][tenant]") {
+  Node node(10);
+  // 48M: uploads being written 8M in all, 2M a user; an order of 200,000 new paths needs more.
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other", "--max-memory", "48M"});
+  std::string order = "#job big\n";
+  for (int i = 0; i < 200000; ++i) {
+    order += "new/" + std::to_string(i) + "\n";
+  }
+  CHECK(run_as(kAttacker, [&] { return write_order(mount, order); }) != 0);
+  auto doc = tools::read_stats(mount.path());
+  REQUIRE(doc.has_value());
+  CHECK(contains(doc->values["prefetch.last_publish.message"], "--max-upload-memory-per-user"));
+  CHECK(run_as(kVictim, [&] { return train(mount, node.dir / "src"); }) == 0);
+  // Too small to hold any order: refused at mount, saying so.
+  const CommandResult tiny = run_epochfs(
+      {"mount", node.dir / "src", node.dir / "mnt2", "--max-memory", "1M", "--foreground"});
+  CHECK(tiny.exit_code != 0);
+  CHECK(contains(tiny.output, "--max-memory 1M"));
+}
+
 TEST_CASE("one user's jobs cannot take every stream of the mount", "[mount][tenant]") {
   Node node(10);
   Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@ struct MountArgs {
   std::string upload_memory = "1G";
   std::string path_memory_per_user = "2G";
   std::string path_memory = "3G";
+  std::string memory;  // --max-memory: the three above and the entries, from one number
   std::string cache_reserve = "5%";
   std::string lookahead = "auto";
   bool no_cache = false;
@@ -99,6 +101,11 @@ void add_outage_options(CLI::App* cmd, prefetch::EngineOptions& engine) {
 
 // What one user's requests may make the daemon hold (prefetch/user_ledger.h).
 void add_user_limit_options(CLI::App* cmd, MountArgs& args) {
+  cmd->add_option("--max-memory", args.memory,
+                  "Memory all users' orders may make the daemon hold (default 6G): a sixth for "
+                  "uploads being written, half for their paths, a third for published entries; "
+                  "each user a quarter of those (two thirds of the paths'). --max-* flags given "
+                  "as well win");
   cmd->add_option("--max-upload-memory-per-user", args.upload_memory_per_user,
                   "Memory the orders one user is writing into .epochfs/ may hold (a size); the "
                   "write that passes it fails with EDQUOT")
@@ -146,6 +153,36 @@ bool parse_limit_pair(const char* name, const std::string& per_user_text,
 }
 
 // Fills the per-user limits given as sizes; false (with a message) if one is malformed.
+// --max-memory: the memory limits and the entry limits the flags did not give, from one number.
+bool apply_memory_budget(const CLI::App& cmd, MountArgs& args, prefetch::JobLimits& limits) {
+  if (args.memory.empty()) {
+    return true;
+  }
+  const auto budget = parse_size(args.memory);
+  constexpr uint64_t kLeast = 24 << 20;  // a quarter of a sixth must still hold an order
+  if (!budget || *budget < kLeast) {
+    fprintf(stderr, "epochfs: --max-memory %s: expected a size of at least 24M, such as 4G\n",
+            args.memory.c_str());
+    return false;
+  }
+  const auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
+  const auto size = [](uint64_t bytes) { return std::to_string(bytes); };
+  if (unset("--max-upload-memory") && unset("--max-upload-memory-per-user")) {
+    args.upload_memory = size(*budget / 6);
+    args.upload_memory_per_user = size(*budget / 24);
+  }
+  if (unset("--max-path-memory") && unset("--max-path-memory-per-user")) {
+    const uint64_t paths = std::min<uint64_t>(*budget / 2, uint64_t{3} << 30);  // registry: 4G
+    args.path_memory = size(paths);
+    args.path_memory_per_user = size(paths / 3 * 2);
+  }
+  if (unset("--max-entries") && unset("--max-entries-per-user")) {
+    limits.entries = std::max<uint64_t>(*budget / 3 / sizeof(uint64_t), 2);
+    limits.entries_per_user = limits.entries / 4;
+  }
+  return true;
+}
+
 bool apply_limit_flags(const MountArgs& args, prefetch::JobLimits& limits) {
   if (!parse_limit_pair("upload-memory", args.upload_memory_per_user, args.upload_memory,
                         &limits.upload_bytes_per_user, &limits.upload_bytes) ||
@@ -337,7 +374,8 @@ bool finish(const CLI::App& cmd, MountArgs& args) {
   o.fs.entry_timeout_s = o.fs.attr_timeout_s;
   o.engine.immutable = o.fs.immutable;
   o.engine.attr_timeout_s = o.fs.attr_timeout_s;
-  return apply_cache_flags(args, o) && apply_limit_flags(args, o.engine.limits);
+  return apply_cache_flags(args, o) && apply_memory_budget(cmd, args, o.engine.limits) &&
+         apply_limit_flags(args, o.engine.limits);
 }
 
 }  // namespace
