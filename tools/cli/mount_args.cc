@@ -152,7 +152,6 @@ bool parse_limit_pair(const char* name, const std::string& per_user_text,
   return true;
 }
 
-// Fills the per-user limits given as sizes; false (with a message) if one is malformed.
 // --max-memory: the memory limits and the entry limits the flags did not give, from one number.
 bool apply_memory_budget(const CLI::App& cmd, MountArgs& args, prefetch::JobLimits& limits) {
   if (args.memory.empty()) {
@@ -183,6 +182,7 @@ bool apply_memory_budget(const CLI::App& cmd, MountArgs& args, prefetch::JobLimi
   return true;
 }
 
+// Fills the per-user limits given as sizes; false (with a message) if one is malformed.
 bool apply_limit_flags(const MountArgs& args, prefetch::JobLimits& limits) {
   if (!parse_limit_pair("upload-memory", args.upload_memory_per_user, args.upload_memory,
                         &limits.upload_bytes_per_user, &limits.upload_bytes) ||
