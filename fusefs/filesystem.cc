@@ -255,21 +255,28 @@ void Filesystem::releasedir(DirHandle* dir) {
 }
 
 void Filesystem::release(FileHandle* file) {
-  if (file->upload) {
+  if (file->upload() != nullptr) {
     try {
       (void)sync(*file);  // a writer that never flushed (killed) still gets its verdict logged
     } catch (const std::bad_alloc&) {
       // Out of memory while publishing: the order is lost, the handle must still go.
       cachestore::log(cachestore::LogLevel::kError, "an order was not published: out of memory");
     }
-  } else {
-    engine_.close_file(file->file);
+  } else if (DataOpen* data = file->data()) {
+    engine_.close_file(data->file);
   }
   uncharge_open(file->charged_to);
   files_.remove(file);
 }
 
-Status Filesystem::read_source_instead(FileHandle& file) {
+Result<std::string> Filesystem::read_source_instead(DataOpen& file, size_t size, off_t off) {
+  if (Status switched = switch_to_source(file); !switched.is_ok()) {
+    return switched;
+  }
+  return read_source(file, size, off);
+}
+
+Status Filesystem::switch_to_source(DataOpen& file) {
   {
     cachestore::MutexLock lock(file.fallback_mu);
     if (!file.reading_copy.load(std::memory_order_acquire)) {
@@ -297,7 +304,7 @@ Status Filesystem::read_source_instead(FileHandle& file) {
   return Status::ok();
 }
 
-void Filesystem::count_read(const FileHandle& file, uint64_t size, uint64_t offset) {
+void Filesystem::count_read(const DataOpen& file, uint64_t size, uint64_t offset) {
   const auto file_size = static_cast<uint64_t>(file.file.version.size);
   engine_.count_read(file.file, offset >= file_size ? 0 : std::min(size, file_size - offset));
 }
@@ -338,17 +345,15 @@ Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<
     return stale_if_gone(file.status());
   }
   const bool unchanged = inodes_.note_version(id, file.value().version);
-  auto handle = std::unique_ptr<FileHandle>(new (std::nothrow) FileHandle);
+  auto handle = std::unique_ptr<FileHandle>(
+      new (std::nothrow) FileHandle(std::in_place_type<DataOpen>, std::move(file).value()));
   if (!handle) {
-    engine_.close_file(file.value());
+    engine_.close_file(file.value());  // not moved from: the allocation came first
     return Status::error(ENOMEM, "open");
   }
-  handle->file = std::move(file).value();
-  handle->read_fd.store(handle->file.fd.get(), std::memory_order_relaxed);
-  handle->reading_copy.store(handle->file.from_cache, std::memory_order_relaxed);
   FileHandle* added = files_.try_add(handle);
   if (added == nullptr) {
-    engine_.close_file(handle->file);  // unpins the copy: it must stay evictable
+    engine_.close_file(handle->data()->file);  // unpins the copy: it must stay evictable
     return Status::error(ENOMEM, "open");
   }
   return OpenResult{added, options_.immutable || unchanged};

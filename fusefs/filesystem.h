@@ -26,9 +26,9 @@
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
-#include "cachestore/unique_fd.h"
 #include "fusefs/control_dir.h"
 #include "fusefs/dir_handle.h"
+#include "fusefs/file_handle.h"
 #include "fusefs/handle_table.h"
 #include "fusefs/implicit_opens.h"
 #include "fusefs/inode_table.h"
@@ -67,29 +67,6 @@ struct FilesystemOptions {
 struct Entry {
   InodeId id;
   struct stat attr;
-};
-
-// An open file: the kernel holds it as fuse_file_info::fh from open to release.
-struct FileHandle {
-  prefetch::OpenFile file;
-  // The fd reads are served from: file.fd, or after a failed read of a cached copy the source
-  // (source_fd). Atomic: another worker may be reading the same handle as it changes.
-  std::atomic<int> read_fd{-1};
-  std::atomic<bool> reading_copy{false};
-  cachestore::Mutex fallback_mu;
-  cachestore::UniqueFd source_fd GUARDED_BY(fallback_mu);
-  bool copy_dropped GUARDED_BY(fallback_mu) = false;
-  // The kernel's backing id when the kernel reads this open's cached copy itself
-  // (fusefs/passthrough.h); 0 when reads come to the daemon.
-  uint32_t backing_id = 0;
-  // For a control file (.epochfs/stats): its content, made at open; file.fd is unused.
-  bool is_control = false;
-  std::string control_content;
-  // For a file being written into .epochfs/: the order or manifest it carries.
-  std::unique_ptr<prefetch::OrderUpload> upload;
-  std::optional<prefetch::ProcessRef> writer;  // the process that created it, if known
-  cachestore::Mutex upload_mu;      // writes and flushes of one handle may come from two threads
-  std::optional<uid_t> charged_to;  // the user whose open it is (Filesystem::opens_)
 };
 
 // Who sent a request (the kernel's word: fuse_req_ctx).
@@ -195,25 +172,25 @@ class Filesystem {
   // no RELEASE): an upload publishes only at fsync. Each later upload logs a warning once.
   void closes_unseen() { closes_unseen_.store(true, std::memory_order_relaxed); }
 
-  // A read of file's cached copy failed: switches the handle to the source at the same
-  // version (once; later calls find it done). An error if that cannot be done.
-  cachestore::Status read_source_instead(FileHandle& file);
+  // A read of file's cached copy failed: switches the open to the source at the same version
+  // (once; later calls find it done) and reads size bytes at off from there, as read_source.
+  cachestore::Result<std::string> read_source_instead(DataOpen& file, size_t size, off_t off);
   // size bytes at offset were requested from file; counts what was served.
-  void count_read(const FileHandle& file, uint64_t size, uint64_t offset);
+  void count_read(const DataOpen& file, uint64_t size, uint64_t offset);
 
   // The kernel reads file's source file for its reader (passthrough): counted whole, now.
-  void count_passthrough_source(const FileHandle& file) {
+  void count_passthrough_source(const DataOpen& file) {
     engine_.count_source_read(file.file, static_cast<uint64_t>(file.file.version.size));
   }
 
   // size bytes of file's source at off, read so that a hung source cannot hold the reader
   // unkillably (prefetch/source_guard.h).
-  cachestore::Result<std::string> read_source(const FileHandle& file, size_t size, off_t off) {
+  cachestore::Result<std::string> read_source(const DataOpen& file, size_t size, off_t off) {
     return engine_.read_source(file.file, file.read_fd.load(std::memory_order_acquire), size, off);
   }
 
   // size bytes of a file read by blocks (prefetch/blocks.h) at off, for reader.
-  cachestore::Result<std::string> read_blocks(const FileHandle& file, size_t size, off_t off,
+  cachestore::Result<std::string> read_blocks(const DataOpen& file, size_t size, off_t off,
                                               uid_t reader) {
     return engine_.read_blocks(file.file, size, off, reader);
   }
@@ -271,6 +248,8 @@ class Filesystem {
   std::atomic<bool> warned_closes_unseen_{false};
 
   cachestore::Result<OpenResult> open_control(InodeId id, int flags, std::optional<uid_t> opener);
+  // Switches file to its source after a failed read of its copy (read_source_instead).
+  cachestore::Status switch_to_source(DataOpen& file);
   // The content of control file id (stats, metrics, verify) now.
   // viewer: the user it is made for (control_dir.h, as_seen_by); none: everything.
   std::string control_content(InodeId id, std::optional<uid_t> viewer);

@@ -33,9 +33,8 @@ Result<OpenResult> Filesystem::open_control(InodeId id, int /*flags*/,
     // Each verify reads the whole cache: not for every user of a shared mount to start.
     return Status::error(EACCES, "open .epochfs/verify");
   }
-  auto handle = std::make_unique<FileHandle>();
-  handle->is_control = true;
-  handle->control_content = control_content(id, opener);
+  auto handle = std::make_unique<FileHandle>(std::in_place_type<ControlOpen>,
+                                             ControlOpen{control_content(id, opener)});
   return OpenResult{files_.add(std::move(handle)), false};
 }
 
@@ -246,48 +245,50 @@ Result<CreateResult> Filesystem::create(InodeId parent, std::string_view name,
   if (Status charged = charge_open(caller.uid); !charged.is_ok()) {
     return charged;
   }
-  auto handle = std::make_unique<FileHandle>();
-  handle->is_control = true;
-  handle->charged_to = caller.uid;
   auto publisher = prefetch::Publisher::of(caller.uid, caller.gid, caller.pid);
-  handle->writer = publisher.process;
-  handle->upload =
-      engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
-                                                 : prefetch::OrderUpload::Kind::kOrder,
-                           std::move(publisher));
+  const auto writer = publisher.process;
+  auto upload = engine_.begin_upload(name == kManifestName ? prefetch::OrderUpload::Kind::kManifest
+                                                           : prefetch::OrderUpload::Kind::kOrder,
+                                     std::move(publisher));
+  auto handle =
+      std::make_unique<FileHandle>(std::in_place_type<UploadOpen>, std::move(upload), writer);
+  handle->charged_to = caller.uid;
   const InodeId id = next_upload_id_.fetch_add(1, std::memory_order_relaxed);
   return CreateResult{Entry{id, control_attr(id)}, files_.add(std::move(handle))};
 }
 
 Status Filesystem::write(FileHandle& file, uint64_t offset, std::string_view data) {
-  if (!file.upload) {
+  UploadOpen* upload = file.upload();
+  if (upload == nullptr) {
     return Status::error(kReadOnlyError, "write");
   }
-  cachestore::MutexLock lock(file.upload_mu);
-  return file.upload->write(offset, data);
+  cachestore::MutexLock lock(upload->mu);
+  return upload->upload->write(offset, data);
 }
 
 namespace {
 
-// Publishes file's upload (with its upload_mu held): EINVAL if the order was refused.
-Status publish_upload(FileHandle& file) {
+// Publishes file's upload (with its mu held): EINVAL if the order was refused.
+Status publish_upload(UploadOpen& file) {
   const auto& report = file.upload->finish();
   return report.ok ? Status::ok() : Status::error(EINVAL, "publish: " + report.message);
 }
 
 }  // namespace
 
-Status Filesystem::flush(FileHandle& file, pid_t closer) {
-  if (!file.upload) {
+Status Filesystem::flush(FileHandle& handle, pid_t closer) {
+  UploadOpen* upload = handle.upload();
+  if (upload == nullptr) {
     return Status::ok();
   }
+  UploadOpen& file = *upload;
   // Every process the writer starts inherits its descriptors (a shell's command substitution,
   // `(echo '#epoch 3'; shuf list) > .epochfs/order`) and closes them as it ends, before the
   // writer is done: only the writer's own closes publish. Others' wait for the release.
   if (file.writer && prefetch::process_of(closer) != file.writer) {
     return Status::ok();
   }
-  cachestore::MutexLock lock(file.upload_mu);
+  cachestore::MutexLock lock(file.mu);
   // A shell redirection (`echo f0 > .epochfs/order`) opens the file, moves the descriptor onto
   // stdout and closes the one it opened before any byte is written. Publishing at that close
   // would refuse an empty order and turn the writes away; an empty upload is published at
@@ -299,11 +300,12 @@ Status Filesystem::flush(FileHandle& file, pid_t closer) {
 }
 
 Status Filesystem::sync(FileHandle& file) {
-  if (!file.upload) {
+  UploadOpen* upload = file.upload();
+  if (upload == nullptr) {
     return Status::ok();
   }
-  cachestore::MutexLock lock(file.upload_mu);
-  return publish_upload(file);
+  cachestore::MutexLock lock(upload->mu);
+  return publish_upload(*upload);
 }
 
 }  // namespace epochfs::fusefs

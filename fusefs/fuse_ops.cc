@@ -126,8 +126,8 @@ void op_releasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
 }
 
 void release_handle(Filesystem& fs, fuse_ino_t ino, FileHandle* handle) {
-  if (!handle->is_control) {
-    passthrough::end_open(ino, handle->backing_id);
+  if (const DataOpen* data = handle->data()) {
+    passthrough::end_open(ino, data->backing_id);
   }
   fs.release(handle);
 }
@@ -159,15 +159,17 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   FileHandle* handle = opened.value().handle;
   fi->fh = reinterpret_cast<uint64_t>(handle);
   fi->keep_cache = opened.value().keep_cache;
+  DataOpen* data = handle->data();
   // Control files are made at open and have no size: the kernel must ask for every read.
-  fi->direct_io = handle->is_control;
+  fi->direct_io = data == nullptr;
   // Read-only: the kernel need not send FLUSH on every close.
   fi->noflush = 1;
-  if (!handle->is_control) {
-    const prefetch::OpenFile& file = handle->file;
+  uint32_t backing_id = 0;
+  if (data != nullptr) {
+    const prefetch::OpenFile& file = data->file;
     const auto pt =
         passthrough::begin_open(ino, file.fd.get(), backing_for(fs_of(req), file), file.version);
-    handle->backing_id = pt.backing_id;
+    data->backing_id = backing_id = pt.backing_id;
     if (pt.direct) {
       fi->direct_io = 1;
       fi->keep_cache = 0;
@@ -176,10 +178,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // The kernel reads the source for this open without us: its bytes count at the open,
       // whole (a trainer reads whole files), so the source's load stays in the stats. Before
       // the reply: once it is out, the file's RELEASE may free the handle at any moment.
-      fs_of(req).count_passthrough_source(*handle);
+      fs_of(req).count_passthrough_source(*data);
     }
   }
-  if (passthrough::reply_open(req, fi, handle->backing_id) != 0) {
+  if (passthrough::reply_open(req, fi, backing_id) != 0) {
     release_handle(fs_of(req), ino, handle);  // interrupted: no release will come
   }
 }

@@ -1,14 +1,19 @@
 // READ: a cached copy's bytes through a pipe per worker (or a buffer when no pipe can be had),
 // checked before anything is sent, so that a failing copy is answered from the source
 // instead; the source's through the engine's guard; control files from their snapshot.
+//
+// Why a failed copy is noticed here and not in the Filesystem: the copy's bytes go to the
+// kernel by splice, without passing through the daemon's memory, so only the code that moves
+// them into the pipe sees a short or failed read before the reply. What to do then (drop the
+// copy, switch the open to the source, read it there) is the Filesystem's: read_source_instead.
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cachestore/unique_fd.h"
@@ -89,7 +94,7 @@ enum class CopyRead { kSent, kFailed, kNoPipe };
 
 // Answers a read of a cached copy through the worker's pipe. kFailed, with nothing sent, if
 // the copy could not give the bytes its version has: the caller reads the source instead.
-CopyRead reply_from_copy(fuse_req_t req, const FileHandle& file, int fd, size_t size, off_t off) {
+CopyRead reply_from_copy(fuse_req_t req, const DataOpen& file, int fd, size_t size, off_t off) {
   thread_local CopyPipe pipe;
   const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (expected == 0) {
@@ -118,8 +123,7 @@ CopyRead reply_from_copy(fuse_req_t req, const FileHandle& file, int fd, size_t 
 // EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
 // the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
 // replying from the copy's fd instead would hand its error or short read to the reader.
-CopyRead reply_copy_buffered(fuse_req_t req, const FileHandle& file, int fd, size_t size,
-                             off_t off) {
+CopyRead reply_copy_buffered(fuse_req_t req, const DataOpen& file, int fd, size_t size, off_t off) {
   thread_local std::vector<char> buffer;
   const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (buffer.size() < expected) {
@@ -133,58 +137,67 @@ CopyRead reply_copy_buffered(fuse_req_t req, const FileHandle& file, int fd, siz
   return CopyRead::kSent;
 }
 
-void reply_read(fuse_req_t req, FileHandle& file, size_t size, off_t off) {
-  if (file.is_control) {
-    // A copy, not a pointer into the handle: once the kernel has the reply (inside writev),
-    // it may send RELEASE, and another worker may free the handle before writev returns.
-    const std::string& text = file.control_content;
-    const size_t start = std::min(text.size(), static_cast<size_t>(off));
-    const std::string chunk = text.substr(start, size);
-    fuse_reply_buf(req, chunk.data(), chunk.size());
-    return;
-  }
-  if (file.file.blocks != nullptr) {
-    auto data = fs_of(req).read_blocks(file, size, off, fuse_req_ctx(req)->uid);
-    if (!data.is_ok()) {
-      reply_status(req, data.status());
-      return;
-    }
-    fuse_reply_buf(req, data.value().data(), data.value().size());
-    return;
-  }
-  fs_of(req).count_read(file, size, static_cast<uint64_t>(off));
-  std::optional<cachestore::DiskWatch::Op> watch;
-  // One load says both where to read and whether it is the copy: a worker that saw the copy
-  // flag and then the source's fd would read the source inside a watch of the cache disk.
-  const int fd = file.read_fd.load(std::memory_order_acquire);
-  if (file.file.from_cache && fd == file.file.fd.get()) {
-    watch.emplace(fs_of(req).watch_copy_read());
-    CopyRead r = reply_from_copy(req, file, fd, size, off);
-    if (r == CopyRead::kNoPipe) {
-      r = reply_copy_buffered(req, file, fd, size, off);
-    }
-    if (r == CopyRead::kSent) {
-      return;
-    }
-    if (r == CopyRead::kFailed) {
-      // The rest comes from the source, at the version this reader has been reading: a slow
-      // source is not a hung cache disk.
-      watch.reset();
-      Status switched = fs_of(req).read_source_instead(file);
-      if (!switched.is_ok()) {
-        reply_status(req, switched);
-        return;
-      }
-    }
-  }
-  // From the source: through a buffer, read by the engine's guard, so that a hung source
-  // cannot hold this reader in the kernel unkillably.
-  auto data = fs_of(req).read_source(file, size, off);
+void reply_result(fuse_req_t req, const cachestore::Result<std::string>& data) {
   if (!data.is_ok()) {
     reply_status(req, data.status());
     return;
   }
   fuse_reply_buf(req, data.value().data(), data.value().size());
+}
+
+// Answers from the open's cached copy if it reads from one: false if it does not, or if the
+// copy failed and nothing was sent.
+bool replied_from_copy(fuse_req_t req, DataOpen& file, size_t size, off_t off) {
+  // One load says both where to read and whether it is the copy: a worker that saw the copy
+  // flag and then the source's fd would read the source inside a watch of the cache disk.
+  const int fd = file.read_fd.load(std::memory_order_acquire);
+  if (!file.file.from_cache || fd != file.file.fd.get()) {
+    return false;
+  }
+  const auto watch = fs_of(req).watch_copy_read();
+  CopyRead r = reply_from_copy(req, file, fd, size, off);
+  if (r == CopyRead::kNoPipe) {
+    r = reply_copy_buffered(req, file, fd, size, off);
+  }
+  return r == CopyRead::kSent;
+}
+
+void reply_data(fuse_req_t req, DataOpen& file, size_t size, off_t off) {
+  Filesystem& fs = fs_of(req);
+  if (file.file.blocks != nullptr) {
+    reply_result(req, fs.read_blocks(file, size, off, fuse_req_ctx(req)->uid));
+    return;
+  }
+  fs.count_read(file, size, static_cast<uint64_t>(off));
+  if (file.reading_copy.load(std::memory_order_acquire)) {
+    if (replied_from_copy(req, file, size, off)) {
+      return;
+    }
+    if (file.reading_copy.load(std::memory_order_acquire)) {
+      // The copy failed: the rest comes from the source, at the version this reader has been
+      // reading (outside the disk watch: a slow source is not a hung cache disk).
+      reply_result(req, fs.read_source_instead(file, size, off));
+      return;
+    }
+  }
+  // From the source: through a buffer, read by the engine's guard, so that a hung source
+  // cannot hold this reader in the kernel unkillably.
+  reply_result(req, fs.read_source(file, size, off));
+}
+
+void reply_read(fuse_req_t req, FileHandle& handle, size_t size, off_t off) {
+  if (DataOpen* data = handle.data()) {
+    reply_data(req, *data, size, off);
+    return;
+  }
+  // A control file's snapshot (an upload reads as empty). A copy, not a pointer into the
+  // handle: once the kernel has the reply (inside writev), it may send RELEASE, and another
+  // worker may free the handle before writev returns.
+  const ControlOpen* control = handle.control();
+  const std::string_view text = control != nullptr ? control->content : std::string_view();
+  const size_t start = std::min(text.size(), static_cast<size_t>(off));
+  const std::string chunk(text.substr(start, size));
+  fuse_reply_buf(req, chunk.data(), chunk.size());
 }
 
 // A read that came without a file handle: the kernel opened the file without asking

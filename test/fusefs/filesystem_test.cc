@@ -106,7 +106,7 @@ TEST_CASE("open keeps the page cache only while the file is unchanged", "[filesy
   REQUIRE(second.is_ok());
   CHECK(second.value().keep_cache);
   char buf[8] = {};
-  CHECK(::pread(second.value().handle->file.fd.get(), buf, sizeof(buf), 0) == 4);
+  CHECK(::pread(second.value().handle->data()->file.fd.get(), buf, sizeof(buf), 0) == 4);
   CHECK(std::string(buf) == "data");
   // Same size, new content: ctime and mtime move, so cached pages must go.
   std::ofstream(f.base / "src" / "file") << "DATA";
@@ -216,7 +216,7 @@ TEST_CASE("reads without a handle reuse an open, open afresh at offset 0, keep a
   CHECK(f.filesystem->implicit_opens_kept() == kImplicitOpensKept);
   // The leases held here still read: a dropped open closes only when its last read ends.
   char buf[16] = {};
-  CHECK(::pread(a.value()->handle().read_fd.load(), buf, sizeof(buf), 0) == 6);
+  CHECK(::pread(a.value()->handle().data()->read_fd.load(), buf, sizeof(buf), 0) == 6);
   CHECK(std::string(buf) == "data 0");
 }
 
