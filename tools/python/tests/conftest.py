@@ -1,5 +1,8 @@
 """Fixtures: a generated ImageFolder dataset and a real epochfs mount of it; a fake mount.
 
+unit/ holds the tests that need no daemon (a fake mount at most), mount/ those against a real
+epochfs mount; both share these fixtures and loader_helpers.py.
+
 EPOCHFS_BINARY names the epochfs executable (ctest sets it). Every mount is unmounted at the
 end of its test, lazily if needed, even when the test fails.
 

@@ -7,7 +7,7 @@ import epochfs
 
 
 def test_the_package_under_test_is_the_installed_one():
-    source = os.path.realpath(os.path.join(os.path.dirname(__file__), ".."))
+    source = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
     where = os.path.realpath(epochfs.__file__)
     assert not where.startswith(source + os.sep), (
         "epochfs was imported from the source tree (%s): run `ctest -R python_client`, which "

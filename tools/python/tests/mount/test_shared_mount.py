@@ -25,6 +25,8 @@ import time
 
 import pytest
 
+import epochfs
+
 pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
@@ -209,8 +211,8 @@ class Site:
         make_images(os.path.join(self.source, "train"), files=TRAIN_FILES)
         make_images(os.path.join(self.source, "val"), files=VAL_FILES)
         self.python_path = os.path.join(root, "python")
-        here = os.path.dirname(os.path.abspath(__file__))
-        shutil.copytree(os.path.join(here, "..", "epochfs"),
+        # The package under test (the installed one), readable by the other users.
+        shutil.copytree(os.path.dirname(os.path.abspath(epochfs.__file__)),
                         os.path.join(self.python_path, "epochfs"),
                         ignore=shutil.ignore_patterns("__pycache__"))
         self.script = os.path.join(root, "train.py")

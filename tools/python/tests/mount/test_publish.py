@@ -95,11 +95,3 @@ def test_stats_outside_a_mount_fails_clearly(workdir):
 
 def test_the_daemon_reads_the_order_format_the_package_writes(mount):
     assert mount.stats()["order_format"] == epochfs.ORDER_FORMAT
-
-
-def test_a_daemon_of_an_older_order_format_is_refused_before_writing(fake_mount):
-    with open(os.path.join(fake_mount.control, "stats"), "w") as f:
-        f.write("{}")  # a daemon from before the handshake: format 1
-    with pytest.raises(epochfs.PublishError, match="reads order format 1.*writes 2"):
-        epochfs.publish(fake_mount.path, ["a", "b"], epoch=0)
-    assert not os.path.exists(os.path.join(fake_mount.control, "order"))

@@ -1,5 +1,5 @@
-"""NodeAwareSampler: its promises checked on the orders every rank yields (no mount), its
-publishing on a fake mount, and two emulated nodes reading through two real mounts."""
+"""NodeAwareSampler: its promises checked on the orders every rank yields (no mount), and its
+publishing on a fake mount (two nodes on real mounts: mount/test_node_sampler_mounts.py)."""
 
 import collections
 import itertools
@@ -10,11 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+from torch.utils.data import DistributedSampler  # noqa: E402
 
-from conftest import Mount  # noqa: E402
 from epochfs.torch import NodeAwareSampler  # noqa: E402
-from loader_helpers import loader_paths, train_set  # noqa: E402
 
 N = 120
 
@@ -198,60 +196,3 @@ def test_it_publishes_as_the_distributed_sampler_does(clean_env, fake_mount):
         ["#epoch %d" % e, "#stream train.rank3"] for e in (0, 1, 2)]
     assert [entries for _, entries in published[:2]] == drawn
     assert [e for _, e in fake_mount.manifests] == [["train/f%03d.jpg" % i for i in range(N)]]
-
-
-# Two nodes emulated on this machine: two mounts of one source, each with its own cache, and
-# two ranks per node, each reading through a DataLoader on its node's mount.
-
-NODES, RANKS_PER_NODE, EXCHANGE = 2, 2, 0.2
-
-
-@pytest.fixture
-def nodes(workdir, image_source):
-    mounts = []
-    try:
-        for k in range(NODES):
-            mounts.append(Mount(image_source, os.path.join(workdir, "node%d" % k),
-                                os.path.join(workdir, "cache%d" % k)))
-        yield mounts
-    finally:
-        for m in mounts:
-            m.unmount()
-
-
-def read_epoch(ranks, epoch):
-    for _, ds, sampler in ranks:
-        sampler.set_epoch(epoch)  # publishes epoch + 1 ahead
-        loader_paths(DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2))
-
-
-def test_two_nodes_cache_their_parts_and_hit_in_epoch_1(nodes):
-    ranks = []
-    for rank in range(NODES * RANKS_PER_NODE):
-        mount = nodes[rank // RANKS_PER_NODE]
-        data, ds, _ = train_set(mount)
-        ranks.append((mount, ds, NodeAwareSampler(
-            ds, num_replicas=NODES * RANKS_PER_NODE, rank=rank, seed=3,
-            ranks_per_node=RANKS_PER_NODE, exchange=EXCHANGE, data_dir=data, strict=True)))
-    files = len(ranks[0][1])
-    part = files // NODES
-    arriving = round(EXCHANGE * part)
-
-    read_epoch(ranks, 0)
-    for mount in nodes:
-        # The node's part, read in epoch 0, and the samples arriving in epoch 1, staged
-        # ahead: not the whole dataset.
-        mount.wait_cached(part + arriving)
-        assert mount.stats()["cache"]["files_cached"] == part + arriving < files
-        assert sorted(mount.streams()) == sorted(
-            "train.rank%d" % r for r, (m, _, _) in enumerate(ranks) if m is mount)
-    before = [mount.stats() for mount in nodes]
-
-    read_epoch(ranks, 1)
-    for mount, was in zip(nodes, before):
-        now = mount.stats()
-        # Counted over the mount, not per stream: near an epoch's end an open of a file that
-        # epoch 2 (published ahead) also names may count there.
-        opens, hits = now["opens"] - was["opens"], now["hits"] - was["hits"]
-        assert opens == hits == RANKS_PER_NODE * len(ranks[0][2])
-        assert now["misses"] == was["misses"]
