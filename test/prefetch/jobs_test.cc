@@ -9,36 +9,10 @@
 #include "prefetch/order_upload.h"
 #include "prefetch/planner.h"
 #include "prefetch/user_ledger.h"
+#include "test/prefetch/publishers.h"
 
 namespace epochfs::prefetch {
 namespace {
-
-// A publisher as the kernel would name one: this test process, a user and a session.
-Publisher user(uid_t uid, pid_t sid = 100) {
-  Publisher p;
-  p.uid = uid;
-  p.sid = sid;
-  p.process = process_of(::getpid());
-  p.leader = p.process;
-  return p;
-}
-
-// A process that no longer runs: this process's pid with another start time.
-Publisher exited(uid_t uid) {
-  Publisher p = user(uid);
-  p.process->start_ticks += 1;
-  p.leader = p.process;
-  return p;
-}
-
-OrderHeader header(std::optional<std::string> job, std::optional<std::string> stream,
-                   std::optional<uint64_t> epoch = std::nullopt) {
-  OrderHeader h;
-  h.job = std::move(job);
-  h.stream = std::move(stream);
-  h.epoch = epoch;
-  return h;
-}
 
 // Publishes text through an upload, as a write into .epochfs/ would.
 PublishReport upload(Planner& planner, FileRegistry& registry, const Publisher& who,
