@@ -39,7 +39,9 @@ The setup:
 
 For epochfs runs, each epoch also reports the misses, waits and stall, and the bytes read from
 the source by misses and by staging; and, polled every 20 ms, the time from the epoch's start
-to its first staged file and the misses, waits and stall of its first second.
+to its first staged file and the misses, waits and stall of its first second. "x floor" is
+the link's floor over the epoch's time: no epoch that reads its bytes through the source's link
+ends before its first copy lands, plus those bytes at --mbs, plus one batch's compute.
 
 The daemon's CPU is read from /proc/<pid>/stat (user + system, all threads) at each epoch's
 start and end. The CPU per hit is the last epoch's CPU over its hits (when it staged
@@ -322,19 +324,28 @@ def cpu_per_file(rows):
     return (round(per_staged * 1e6) if per_staged else None), round(per_hit * 1e6)
 
 
+def add_link_floor(a, rows):
+    """Sets each epoch's link_floor_s (see the module's comment) where it read the source."""
+    for r in rows:
+        mb = r.get("mb_staged", 0) + r.get("mb_from_source", 0)
+        if r.get("first_staged_s") is not None and mb > 0:
+            r["link_floor_s"] = round(r["first_staged_s"] + mb / a.mbs + a.compute_ms / 1000, 3)
+
+
 def print_table(results):
     ideal = {r["epoch"]: r["samples_per_s"] for r in results.get("ideal", [])}
     direct = {r["epoch"]: r["samples_per_s"] for r in results.get("direct", [])}
-    print("%-16s %5s %10s %8s %8s %10s %6s %6s %6s %7s %8s %9s %7s %6s" % (
-        "run", "epoch", "samples/s", "x ideal", "x direct", "daemon CPU", "hits", "misses",
-        "waits", "stall", "1st copy", "1st-s stall", "open", ">1 ms"))
+    print("%-16s %5s %10s %8s %8s %7s %10s %6s %6s %6s %7s %8s %9s %7s %6s" % (
+        "run", "epoch", "samples/s", "x ideal", "x direct", "x floor", "daemon CPU", "hits",
+        "misses", "waits", "stall", "1st copy", "1st-s stall", "open", ">1 ms"))
     for name, rows in results.items():
         for r in rows:
             e = r["epoch"]
-            print("%-16s %5d %10.0f %8s %8s %10s %6s %6s %6s %7s %8s %9s %7s %6s" % (
+            print("%-16s %5d %10.0f %8s %8s %7s %10s %6s %6s %6s %7s %8s %9s %7s %6s" % (
                 name, e, r["samples_per_s"],
                 "%.2f" % (r["samples_per_s"] / ideal[e]) if e in ideal else "-",
                 "%.2f" % (r["samples_per_s"] / direct[e]) if e in direct else "-",
+                "%.2f" % (r["link_floor_s"] / r["seconds"]) if "link_floor_s" in r else "-",
                 "%.2f s" % r["daemon_cpu_s"] if "daemon_cpu_s" in r else "-",
                 r.get("hits", "-"), r.get("misses", "-"), r.get("waits", "-"),
                 "%.2f s" % r["stall_s"] if "stall_s" in r else "-",
@@ -355,6 +366,7 @@ def run_all(a, dirs, served):
     try:
         for name in a.runs.split(","):
             rows = run_one(a, name, dirs)
+            add_link_floor(a, rows)
             results[name] = rows
             print("%s: %s" % (name, " ".join("%.0f" % r["samples_per_s"] for r in rows)),
                   file=sys.stderr, flush=True)
