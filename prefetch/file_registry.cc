@@ -14,9 +14,9 @@ namespace {
 
 uint64_t hash_of(std::string_view path) { return XXH3_64bits(path.data(), path.size()); }
 
-// The shard comes from the hash's top byte (shard_of), the slot from its low bits, the tag from
-// the byte below the top.
-uint8_t tag_of(uint64_t hash) { return static_cast<uint8_t>(hash >> 48); }
+// The shard comes from the hash's top byte (shard_of), the slot from its low bits, which each
+// slot keeps.
+uint32_t low_bits(uint64_t hash) { return static_cast<uint32_t>(hash); }
 
 // Each shard's table starts this small: an empty registry holds 256 of them.
 constexpr size_t kFirstSlots = 64;
@@ -46,15 +46,15 @@ FileId FileRegistry::register_path(std::string_view path, bool pin, bool* added)
   const uint64_t hash = hash_of(path);
   Shard& shard = shard_of(hash);
   // Grow at 70% full: linear probing stays short, and the tables cost under 8 bytes per file.
-  if (10 * (shard.used + 1) > 7 * shard.ids.size()) {
+  if (10 * (shard.used + 1) > 7 * shard.slots.size()) {
     grow(shard);
   }
   const size_t slot = find_slot(shard, path, hash);
-  if (shard.ids[slot] != kEmpty) {
+  if (shard.slots[slot].id != kEmpty) {
     if (pin) {
-      pinned_[shard.ids[slot]] = true;
+      pinned_[shard.slots[slot].id] = true;
     }
-    return shard.ids[slot];
+    return shard.slots[slot].id;
   }
   const uint32_t place = store_path(path);
   FileId id;
@@ -72,8 +72,7 @@ FileId FileRegistry::register_path(std::string_view path, bool pin, bool* added)
   if (added != nullptr) {
     *added = true;
   }
-  shard.ids[slot] = id;
-  shard.tags[slot] = tag_of(hash);
+  shard.slots[slot] = Slot{id, low_bits(hash)};
   ++shard.used;
   return id;
 }
@@ -82,10 +81,10 @@ std::optional<FileId> FileRegistry::find(std::string_view path) const {
   MutexLock lock(mu_);
   const uint64_t hash = hash_of(path);
   const Shard& shard = shard_of(hash);
-  if (shard.ids.empty()) {
+  if (shard.slots.empty()) {
     return std::nullopt;
   }
-  const FileId id = shard.ids[find_slot(shard, path, hash)];
+  const FileId id = shard.slots[find_slot(shard, path, hash)].id;
   return id == kEmpty ? std::nullopt : std::optional<FileId>(id);
 }
 
@@ -176,7 +175,7 @@ void FileRegistry::evacuate(uint32_t chunk) {
     const std::string_view path(bytes + at);
     const auto place = static_cast<uint32_t>(size_t{chunk} << kChunkBits | at);
     const uint64_t hash = hash_of(path);
-    const FileId id = shard_of(hash).ids[find_slot(shard_of(hash), path, hash)];
+    const FileId id = shard_of(hash).slots[find_slot(shard_of(hash), path, hash)].id;
     if (id != kEmpty && records_[id].path == place) {
       chunks_[chunk].live -= path.size() + 1;
       records_[id].path = store_path(path);  // never this chunk: it is not the current one
@@ -188,45 +187,44 @@ void FileRegistry::evacuate(uint32_t chunk) {
 }
 
 void FileRegistry::erase_slot(Shard& shard, size_t slot) {
-  const size_t mask = shard.ids.size() - 1;
+  const size_t mask = shard.slots.size() - 1;
   size_t hole = slot;
-  for (size_t j = (hole + 1) & mask; shard.ids[j] != kEmpty; j = (j + 1) & mask) {
-    const size_t home = hash_of(path_at(records_[shard.ids[j]].path)) & mask;
+  for (size_t j = (hole + 1) & mask; shard.slots[j].id != kEmpty; j = (j + 1) & mask) {
+    const size_t home = shard.slots[j].hash & mask;
     // The entry at j may fill the hole if its probe passed the hole: its home is not in
     // (hole, j], cyclically.
     if (((j - home) & mask) >= ((j - hole) & mask)) {
-      shard.ids[hole] = shard.ids[j];
-      shard.tags[hole] = shard.tags[j];
+      shard.slots[hole] = shard.slots[j];
       hole = j;
     }
   }
-  shard.ids[hole] = kEmpty;
-  shard.tags[hole] = 0;
+  shard.slots[hole] = Slot{};
   --shard.used;
 }
 
 size_t FileRegistry::find_slot(const Shard& shard, std::string_view path, uint64_t hash) const {
-  const size_t mask = shard.ids.size() - 1;
-  const uint8_t tag = tag_of(hash);
+  const size_t mask = shard.slots.size() - 1;
+  const uint32_t bits = low_bits(hash);
   for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-    const FileId id = shard.ids[slot];
-    if (id == kEmpty || (shard.tags[slot] == tag && same_path(path_at(records_[id].path), path))) {
+    const Slot s = shard.slots[slot];
+    if (s.id == kEmpty || (s.hash == bits && same_path(path_at(records_[s.id].path), path))) {
       return slot;
     }
   }
 }
 
 void FileRegistry::grow(Shard& shard) {
-  std::vector<FileId> old = std::move(shard.ids);
-  shard.ids.assign(std::max(kFirstSlots, 2 * old.size()), kEmpty);
-  shard.tags.assign(shard.ids.size(), 0);
-  for (FileId id : old) {
-    if (id != kEmpty) {
-      const std::string_view path(path_at(records_[id].path));
-      const uint64_t hash = hash_of(path);
-      const size_t slot = find_slot(shard, path, hash);
-      shard.ids[slot] = id;
-      shard.tags[slot] = tag_of(hash);
+  std::vector<Slot> old = std::move(shard.slots);
+  shard.slots.assign(std::max(kFirstSlots, 2 * old.size()), Slot{});
+  const size_t mask = shard.slots.size() - 1;
+  for (const Slot& s : old) {
+    if (s.id != kEmpty) {
+      // Every path in a shard is distinct: the first free slot from its home is its place.
+      size_t slot = s.hash & mask;
+      while (shard.slots[slot].id != kEmpty) {
+        slot = (slot + 1) & mask;
+      }
+      shard.slots[slot] = s;
     }
   }
   most_rehashed_ = std::max(most_rehashed_, shard.used);
