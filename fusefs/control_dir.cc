@@ -297,6 +297,9 @@ void data_path_fields(std::ostringstream& out, const DataPathFigures& d, bool im
   o.field("passthrough_opens", d.passthrough_opens);
   o.field("source_passthrough_opens", d.source_passthrough_opens);
   o.field("backing_files", d.backing_files);
+  o.field("transport", std::string(d.fuse_uring ? "io_uring" : "device"));
+  o.field("device_because", std::string(d.device_because));
+  o.field("ring_requests", d.ring_requests);
   o.close();
 }
 

@@ -14,6 +14,7 @@
 #include "fusefs/control_dir.h"
 #include "fusefs/filesystem.h"
 #include "fusefs/passthrough.h"
+#include "fusefs/uring_transport.h"
 
 namespace epochfs::fusefs {
 
@@ -213,8 +214,14 @@ std::string Filesystem::metrics() const {
 }
 
 DataPathFigures Filesystem::data_path_figures() {
-  return DataPathFigures{passthrough::active(), passthrough::why_not(), passthrough::opens(),
-                         passthrough::source_opens(), passthrough::backing_files()};
+  return DataPathFigures{passthrough::active(),
+                         passthrough::why_not(),
+                         passthrough::opens(),
+                         passthrough::source_opens(),
+                         passthrough::backing_files(),
+                         uring::active(),
+                         uring::why_not(),
+                         uring::ring_requests()};
 }
 
 VerifyFigures Filesystem::verify_figures() const {

@@ -28,6 +28,9 @@ struct DataPathFigures {
   uint64_t passthrough_opens = 0;
   uint64_t source_passthrough_opens = 0;
   uint64_t backing_files = 0;
+  bool fuse_uring = false;          // requests by FUSE over io_uring (fusefs/uring_transport.h)
+  const char* device_because = "";  // why not (when asked for)
+  uint64_t ring_requests = 0;
 };
 
 // The verifies of the mount's cache (its control directory counts them).

@@ -25,6 +25,8 @@ struct MountOptions {
   cachestore::CacheOptions cache;
   prefetch::EngineOptions engine;
   DataPath data_path = DataPath::kClassic;
+  // Requests by FUSE over io_uring where the kernel offers it (fusefs/uring_transport.h).
+  bool fuse_uring = false;
   // Where to write the Prometheus metrics every few seconds (node_exporter's textfile
   // collector); none if empty.
   std::string metrics_file;

@@ -12,6 +12,8 @@
 
 #include "cachestore/log.h"
 #include "cachestore/status.h"
+#include "fusefs/fuse_abi.h"
+#include "fusefs/uring_transport.h"
 
 namespace epochfs::fusefs::passthrough {
 namespace {
@@ -20,29 +22,12 @@ using cachestore::LogLevel;
 
 // The parts of the kernel ABI (protocol 7.40) that Debian 12's linux/fuse.h (7.38) lacks.
 namespace abi {
-constexpr uint32_t kPassthroughFlag2 = 1u << 5;  // FUSE_PASSTHROUGH = 1ULL << 37, in flags2
-constexpr uint32_t kOpenPassthrough = 1u << 7;   // FOPEN_PASSTHROUGH
+using fusefs::abi::InitOut;
+using fusefs::abi::kPassthroughFlag2;
+constexpr uint32_t kOpenPassthrough = 1u << 7;  // FOPEN_PASSTHROUGH
 // The backing file (the cache's copy, or a source file, on a local disk filesystem: see
 // Filesystem::source_is_local) is one level below the mount.
 constexpr uint32_t kMaxStackDepth = 1;
-
-struct InitOut {  // struct fuse_init_out
-  uint32_t major;
-  uint32_t minor;
-  uint32_t max_readahead;
-  uint32_t flags;
-  uint16_t max_background;
-  uint16_t congestion_threshold;
-  uint32_t max_write;
-  uint32_t time_gran;
-  uint16_t max_pages;
-  uint16_t map_alignment;
-  uint32_t flags2;
-  uint32_t max_stack_depth;
-  uint32_t unused[6];
-};
-
-static_assert(sizeof(InitOut) == 64);
 
 struct OpenOut {  // struct fuse_open_out
   uint64_t fh;
@@ -151,16 +136,25 @@ void complete_reply(int fd, struct iovec* iov, int count) {
 }
 
 ssize_t io_read(int fd, void* buf, size_t len, void* /*userdata*/) {
-  const ssize_t n = ::read(fd, buf, len);
+  const ssize_t n = uring::wanted() ? uring::read(fd, buf, len) : ::read(fd, buf, len);
   if (n > 0) {
     inspect_request(buf, static_cast<size_t>(n));
+    uring::inspect_request(buf, static_cast<size_t>(n));
   }
   return n;
 }
 
 ssize_t io_writev(int fd, struct iovec* iov, int count, void* /*userdata*/) {
   complete_reply(fd, iov, count);
-  return ::writev(fd, iov, count);
+  if (!uring::wanted()) {
+    return ::writev(fd, iov, count);
+  }
+  const bool ring = uring::accept_in_init_reply(iov, count);
+  const ssize_t n = uring::writev(fd, iov, count);
+  if (ring && n >= 0) {
+    uring::start(fd);  // the kernel has processed INIT: entries may be registered
+  }
+  return n;
 }
 
 ssize_t io_splice(int fdin, off_t* offin, int fdout, off_t* offout, size_t len, unsigned flags,
@@ -208,15 +202,19 @@ bool install(fuse_session* se, DataPath path) {
   if (path == DataPath::kClassic || path == DataPath::kNoOpen) {
     s.why = path == DataPath::kNoOpen ? "not requested (--data-path no-open)"
                                       : "not requested (--data-path classic)";
+  } else {
+    s.wanted = true;
+    s.why = "the kernel has not answered INIT yet";
+  }
+  if (!s.wanted.load() && !uring::wanted()) {
     return true;
   }
-  s.wanted = true;
-  s.why = "the kernel has not answered INIT yet";
   fuse_custom_io io{};
   io.read = io_read;
   io.writev = io_writev;
-  io.splice_send = io_splice;
-  io.splice_receive = io_splice;
+  // A reply through the ring is copied into its entry: no splicing into the device then.
+  io.splice_send = uring::wanted() ? nullptr : io_splice;
+  io.splice_receive = uring::wanted() ? nullptr : io_splice;
   if (fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0) {
     s.wanted = false;
     s.why = "libfuse refused the custom I/O";

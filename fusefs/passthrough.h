@@ -15,7 +15,8 @@
 // Written against libfuse 3.14, which knows none of this (3.17 has fuse_passthrough_open):
 // fuse_session_custom_io() puts our read and writev between libfuse and the device, so the
 // INIT request can be inspected and the INIT and OPEN replies completed on their way out.
-// When libfuse's own API can be used, this file is what to replace.
+// When libfuse's own API can be used, this file is what to replace. The same custom I/O
+// carries FUSE over io_uring when asked for (fusefs/uring_transport.h).
 //
 // Thread-safety: everything may be called from any FUSE worker.
 #pragma once

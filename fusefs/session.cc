@@ -25,6 +25,7 @@
 #include "fusefs/metrics.h"
 #include "fusefs/metrics_listener.h"
 #include "fusefs/passthrough.h"
+#include "fusefs/uring_transport.h"
 #include "fusefs/worker_pool.h"
 
 namespace epochfs::fusefs {
@@ -342,6 +343,9 @@ int run_mount(const MountOptions& options) {
   if (!session || !session->mount(o.mountpoint)) {
     return 1;
   }
+  if (o.fuse_uring) {
+    uring::want(o.threads);
+  }
   if (!passthrough::install(session->get(), o.data_path)) {
     cachestore::log(LogLevel::kWarning, "data path: classic (%s)", passthrough::why_not());
   }
@@ -362,6 +366,11 @@ int run_mount(const MountOptions& options) {
   }
   const int rc = serve_with_metrics(o, session->get(), fs, std::move(resources->listener));
   fs.unmounted();
+  if (uring::active()) {
+    cachestore::log(LogLevel::kInfo, "fuse transport: %llu requests by io_uring, %llu by /dev/fuse",
+                    static_cast<unsigned long long>(uring::ring_requests()),
+                    static_cast<unsigned long long>(uring::device_requests()));
+  }
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
   return rc;  // the session unmounts, and only then the filesystem goes
 }

@@ -15,6 +15,7 @@
 #include "cachestore/log.h"
 #include "cachestore/sync.h"
 #include "fusefs/fuse_ops.h"
+#include "fusefs/uring_transport.h"
 
 namespace epochfs::fusefs {
 namespace {
@@ -60,6 +61,7 @@ class Pool {
   bool start_worker() REQUIRES(mu_);
   void work(Worker* w);
   void took_request();
+  void grow_for_ring();
   void finished_request();
   void end(int reason);
   void wake_until_all_left();
@@ -117,6 +119,7 @@ void Pool::work(Worker* w) {
       break;  // a request read now is left unanswered: the connection ends with the daemon
     }
     if (res == -EINTR || res == -EAGAIN) {
+      grow_for_ring();
       continue;
     }
     if (res <= 0) {
@@ -138,7 +141,17 @@ void Pool::took_request() {
   --idle_;
   // Another worker waits for the next request while this one serves, so a slow request (a
   // source read) never holds up the others.
-  if (idle_ == 0 && workers_.size() < max_threads_ && !stopping_.load()) {
+  if ((idle_ == 0 || uring::wants_worker()) && workers_.size() < max_threads_ &&
+      !stopping_.load()) {
+    start_worker();
+  }
+}
+
+void Pool::grow_for_ring() {
+  cachestore::MutexLock lock(mu_);
+  // Over io_uring each CPU's requests wait for a worker of its own queue (uring_transport.h):
+  // one is started for a queue that has none waiting, at the start and as they get busy.
+  if (uring::wants_worker() && workers_.size() < max_threads_ && !stopping_.load()) {
     start_worker();
   }
 }

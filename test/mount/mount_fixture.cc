@@ -71,6 +71,13 @@ Mount::Mount(const std::string& source, const std::string& mountpoint,
     argv.push_back("--data-path");
     argv.push_back(data_path);
   }
+  // A manual rerun of the suite over FUSE over io_uring (fusefs/uring_transport.h).
+  const char* transport = getenv("EPOCHFS_TEST_FUSE_TRANSPORT");
+  if (transport != nullptr &&
+      std::find(argv.begin(), argv.end(), "--fuse-transport") == argv.end()) {
+    argv.push_back("--fuse-transport");
+    argv.push_back(transport);
+  }
   // Keep the cache inside the test's scratch space, not in the system default.
   if (std::find(argv.begin(), argv.end(), "--cache-dir") == argv.end()) {
     argv.push_back("--cache-dir");

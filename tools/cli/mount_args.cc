@@ -325,6 +325,12 @@ CLI::App* add_mount_options(CLI::App& app, MountArgs& args) {
   cmd->add_flag("--immutable", o.fs.immutable,
                 "The source never changes while mounted: cache names, attributes and pages "
                 "for a day");
+  cmd->add_option("--fuse-transport", o.fuse_uring,
+                  "device: requests by /dev/fuse; uring: by FUSE over io_uring where the kernel "
+                  "offers it (Linux 6.14+ with the fuse module's enable_uring), else device")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, bool>{{"device", false}, {"uring", true}}, CLI::ignore_case))
+      ->option_text("device|uring");
   cmd->add_option("--data-path", o.data_path,
                   "classic: every read comes to the daemon; passthrough: the kernel reads "
                   "cached copies itself where it can (Linux 6.9+, root), else classic; auto: "

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev libboost-dev libxxhash-dev
+packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev liburing-dev libboost-dev libxxhash-dev
           libcli11-dev nlohmann-json3-dev catch2 librapidcheck-dev clang-format clang-14 clang-tidy
           libfuzzer-14-dev
           python3-torch python3-torchvision python3-pytest python3-pil python3-hypothesis
