@@ -1,6 +1,7 @@
 // `epochfs-lab demo`: make a sample dataset, mount it, and read it through the mount and directly,
 // and through peers mounted over the same source (--peer), side by side in one run (the
 // machines are shared, so only ratios measured together count).
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -152,6 +153,27 @@ int first_read(const std::string& src, const std::string& mnt,
   return errors_of(m) == 0 ? 0 : 1;
 }
 
+// The mean time of n fstat() calls on path under each target; 1 if a file would not open.
+int print_round_trips(const std::vector<Target>& targets, const std::string& path, unsigned n) {
+  printf("\nfstat() of one open file, %u calls: mean time per call\n", n);
+  for (const auto& t : targets) {
+    const int fd = ::open((t.root + "/" + path).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return 1;
+    }
+    struct stat st;
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned i = 0; i < n; ++i) {
+      ::fstat(fd, &st);
+    }
+    const std::chrono::duration<double, std::micro> spent =
+        std::chrono::steady_clock::now() - start;
+    ::close(fd);
+    printf("  %-10s %8.2f us\n", t.name.c_str(), spent.count() / n);
+  }
+  return 0;
+}
+
 int run_demo(const DemoOptions& o, const std::string& dir) {
   const std::string src = dir + "/source";
   const std::string mnt = dir + "/mnt";
@@ -224,6 +246,9 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
     const Medians m = measure(targets, paths.value(), t, o.rounds, start);
     print_row(t, m);
     rc |= errors_of(m) == 0 ? 0 : 1;
+  }
+  if (o.round_trips > 0) {
+    rc |= print_round_trips(targets, paths.value().front(), o.round_trips);
   }
   peers.clear();
   auto code = stop_mount(mnt, pid, kMountTimeout);

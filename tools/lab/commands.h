@@ -80,6 +80,9 @@ struct DemoOptions {
   std::vector<std::string> mount_args;
   // Peers mounted over the same source and read in the same rounds: bindfs, mergerfs, rclone.
   std::vector<std::string> peers;
+  // fstat() calls timed on one open file of the mount and of the source, after the reads: a
+  // request's round trip each, mounted with --no-immutable --attr-timeout 0.
+  unsigned round_trips = 0;
 };
 
 int cmd_demo(const DemoOptions& options);

@@ -127,6 +127,9 @@ Subcommand add_demo(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--mount-arg", o->mount_args, "Extra argument for epochfs mount")
       ->allow_extra_args(false);
+  cmd->add_option("--round-trips", o->round_trips,
+                  "Also time this many fstat() calls on one file (a request each with "
+                  "--no-immutable --mount-arg=--attr-timeout=0)");
 
   return {cmd, [o] { return tools::cmd_demo(*o); }};
 }
