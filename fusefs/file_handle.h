@@ -23,7 +23,9 @@ namespace epochfs::fusefs {
 // while other workers may be reading it: read_fd and reading_copy are atomic, and the copy's fd
 // stays open until release.
 struct DataOpen {
-  explicit DataOpen(prefetch::OpenFile opened)
+  // Takes opened's content. A reference, moved from here only: when the handle's allocation
+  // fails, no constructor runs and the caller still holds the open to close.
+  explicit DataOpen(prefetch::OpenFile& opened)
       : file(std::move(opened)), read_fd(file.fd.get()), reading_copy(file.from_cache) {}
 
   prefetch::OpenFile file;

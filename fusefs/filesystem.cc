@@ -346,9 +346,9 @@ Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<
   }
   const bool unchanged = inodes_.note_version(id, file.value().version);
   auto handle = std::unique_ptr<FileHandle>(
-      new (std::nothrow) FileHandle(std::in_place_type<DataOpen>, std::move(file).value()));
+      new (std::nothrow) FileHandle(std::in_place_type<DataOpen>, file.value()));
   if (!handle) {
-    engine_.close_file(file.value());  // not moved from: the allocation came first
+    engine_.close_file(file.value());  // no constructor ran: the open is still here
     return Status::error(ENOMEM, "open");
   }
   FileHandle* added = files_.try_add(handle);

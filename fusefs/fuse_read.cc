@@ -25,8 +25,6 @@
 namespace epochfs::fusefs {
 namespace {
 
-using cachestore::Status;
-
 // A pipe per FUSE worker, for reads of cached copies: the copy's pages are spliced into it
 // first, so that a failed or short read of the copy is seen here, before anything is sent,
 // and the reader can be answered from the source instead. (Handing the copy's fd to
