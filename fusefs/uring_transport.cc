@@ -140,6 +140,18 @@ ssize_t read_device(int fd, void* buf, size_t len) {
   return ::read(fd, buf, len);
 }
 
+// Whether this process may make a ring of the kind each worker makes (RingEntry).
+bool rings_can_be_made() {
+  io_uring ring;
+  io_uring_params params = {};
+  params.flags = IORING_SETUP_SQE128;
+  if (io_uring_queue_init_params(1, &ring, &params) < 0) {
+    return false;
+  }
+  io_uring_queue_exit(&ring);
+  return true;
+}
+
 // Requests come by the device alone, as without the option; false.
 bool refuse(const char* why) {
   state().why = why;
@@ -254,6 +266,10 @@ bool accept_in_init_reply(struct iovec* iov, int count) {
   if (possible_cpus() > s.max_workers) {
     // Every queue needs a worker of its own before the kernel serves any request.
     return refuse("more CPUs than FUSE workers (--threads)");
+  }
+  if (!rings_can_be_made()) {
+    // Accepted, the kernel would wait for entries that can never be registered: a hung mount.
+    return refuse("io_uring refused a ring (kernel.io_uring_disabled, or a seccomp filter)");
   }
   auto* init = static_cast<abi::InitOut*>(iov[1].iov_base);
   // The kernel's rule for an entry's payload: room for the largest write and read.

@@ -2,7 +2,8 @@
 // the kernel offers it every request but forgets and interrupts comes through the ring, files
 // read byte for byte, orders publish, and the unmount is clean; where it does not (the fuse
 // module's enable_uring off, or a kernel before 6.14) the mount serves by /dev/fuse and says
-// why. The module parameter is global: one test case sets it for both, and puts it back.
+// why, as it does where io_uring itself is refused. The kernel settings are global: one test
+// case sets them for every section, and puts them back.
 #include <fstream>
 #include <optional>
 #include <string>
@@ -17,28 +18,33 @@ namespace {
 
 constexpr char kEnableUring[] = "/sys/module/fuse/parameters/enable_uring";
 
-// The fuse module's enable_uring, set for the test's life and put back after.
-class EnableUring {
+constexpr char kIoUringDisabled[] = "/proc/sys/kernel/io_uring_disabled";
+
+// A kernel setting (a module parameter, a sysctl) set for the test's life and put back after.
+class KernelSetting {
  public:
-  // Whether the parameter exists (Linux 6.14 and later).
-  static bool exists() { return std::ifstream(kEnableUring).good(); }
+  // Whether path exists on this kernel.
+  static bool exists(const char* path) { return std::ifstream(path).good(); }
 
-  explicit EnableUring(bool on) : old_(read()) { write(on ? "Y" : "N"); }
+  KernelSetting(const char* path, const std::string& value) : path_(path), old_(read()) {
+    write(value);
+  }
 
-  ~EnableUring() { write(old_); }
+  ~KernelSetting() { write(old_); }
 
-  EnableUring(const EnableUring&) = delete;
-  EnableUring& operator=(const EnableUring&) = delete;
+  KernelSetting(const KernelSetting&) = delete;
+  KernelSetting& operator=(const KernelSetting&) = delete;
 
  private:
-  static std::string read() {
+  std::string read() const {
     std::string value;
-    std::ifstream(kEnableUring) >> value;
+    std::ifstream(path_) >> value;
     return value;
   }
 
-  static void write(const std::string& value) { std::ofstream(kEnableUring) << value << "\n"; }
+  void write(const std::string& value) const { std::ofstream(path_) << value << "\n"; }
 
+  const char* path_;
   const std::string old_;
 };
 
@@ -57,11 +63,11 @@ TEST_CASE("over io_uring requests come by the ring where the kernel offers it, e
   TempDir dir;
   write_files(dir / "src", 20, 110000);
   SECTION("offered: the ring serves reads, opens and an order's writes") {
-    if (!EnableUring::exists()) {
+    if (!KernelSetting::exists(kEnableUring)) {
       WARN("SKIPPED: this kernel has no FUSE over io_uring (Linux 6.14 or later)");
       return;
     }
-    EnableUring on(true);
+    KernelSetting on(kEnableUring, "Y");
     Mount mount(dir / "src", dir / "mnt", kUring);
     REQUIRE(stat_text(mount, "data_path.transport") == "io_uring");
     check_files(dir / "src", mount.path(), 20);
@@ -74,9 +80,9 @@ TEST_CASE("over io_uring requests come by the ring where the kernel offers it, e
     CHECK(stat_text(mount, "data_path.device_because").empty());
   }
   SECTION("not offered: the device serves, and the stats say why") {
-    std::optional<EnableUring> off;
-    if (EnableUring::exists()) {
-      off.emplace(false);
+    std::optional<KernelSetting> off;
+    if (KernelSetting::exists(kEnableUring)) {
+      off.emplace(kEnableUring, "N");
     }
     Mount mount(dir / "src", dir / "mnt", kUring);
     check_files(dir / "src", mount.path(), 20);
@@ -84,6 +90,18 @@ TEST_CASE("over io_uring requests come by the ring where the kernel offers it, e
     CHECK_THAT(stat_text(mount, "data_path.device_because"),
                Catch::Contains("the kernel does not offer it"));
     CHECK(stat_of(mount, "data_path.ring_requests") == 0);
+  }
+  SECTION("offered, but this process may not make rings: the device serves, no hang") {
+    if (!KernelSetting::exists(kEnableUring) || !KernelSetting::exists(kIoUringDisabled)) {
+      WARN("SKIPPED: this kernel has no FUSE over io_uring or no io_uring_disabled sysctl");
+      return;
+    }
+    KernelSetting on(kEnableUring, "Y");
+    KernelSetting no_rings(kIoUringDisabled, "2");
+    Mount mount(dir / "src", dir / "mnt", kUring);
+    check_files(dir / "src", mount.path(), 20);
+    CHECK(stat_text(mount, "data_path.transport") == "device");
+    CHECK_THAT(stat_text(mount, "data_path.device_because"), Catch::Contains("io_uring refused"));
   }
 }
 
