@@ -75,8 +75,10 @@ size_t Engine::release_candidates() {
   const int64_t start_cpu = cachestore::thread_cpu_ns();
   const auto batch = planner_->take_candidates(kReclaimBatch);
   std::vector<FileId> ids;
+  std::vector<uid_t> uids;  // whose the work is (charge_reclaim)
   for (const auto& c : batch) {
     ids.push_back(c.id);
+    uids.push_back(c.uid);
   }
   const std::vector<bool> held = copies_hold(ids);
   std::vector<Planner::Registered> free_of_copies;
@@ -99,10 +101,6 @@ size_t Engine::release_candidates() {
     released_.push_back(Released{c.id, c.uid, epoch});
     paths_released_.fetch_add(1, std::memory_order_relaxed);
   }
-  std::vector<uid_t> uids;
-  for (const auto& c : batch) {
-    uids.push_back(c.uid);
-  }
   charge_reclaim(uids, cachestore::thread_cpu_ns() - start_cpu);
   return done.size();
 }
@@ -116,8 +114,10 @@ void Engine::recycle_released() {
     released_.pop_front();
   }
   std::vector<FileId> ids;
+  std::vector<uid_t> uids;
   for (const Released& r : due) {
     ids.push_back(r.id);
+    uids.push_back(r.uid);
   }
   // An upload that found the path before its release may have published it since: the id
   // waits for that order to end.
@@ -133,10 +133,6 @@ void Engine::recycle_released() {
     rights_checked_.forget(r.id);
     registry_.recycle(r.id);
     paths_.release(r.uid, FileRegistry::kBytesPerPath);
-  }
-  std::vector<uid_t> uids;
-  for (const Released& r : due) {
-    uids.push_back(r.uid);
   }
   charge_reclaim(uids, cachestore::thread_cpu_ns() - start_cpu);
 }
