@@ -62,6 +62,8 @@ class Pool {
   void work(Worker* w);
   void took_request();
   void grow_for_ring();
+  // Starts a worker if none is idle, or a ring queue has none waiting, within max_threads_.
+  void grow_if(bool none_idle) REQUIRES(mu_);
   void finished_request();
   void end(int reason);
   void wake_until_all_left();
@@ -141,17 +143,18 @@ void Pool::took_request() {
   --idle_;
   // Another worker waits for the next request while this one serves, so a slow request (a
   // source read) never holds up the others.
-  if ((idle_ == 0 || uring::wants_worker()) && workers_.size() < max_threads_ &&
-      !stopping_.load()) {
-    start_worker();
-  }
+  grow_if(idle_ == 0);
 }
 
 void Pool::grow_for_ring() {
   cachestore::MutexLock lock(mu_);
+  grow_if(false);
+}
+
+void Pool::grow_if(bool none_idle) {
   // Over io_uring each CPU's requests wait for a worker of its own queue (uring_transport.h):
   // one is started for a queue that has none waiting, at the start and as they get busy.
-  if (uring::wants_worker() && workers_.size() < max_threads_ && !stopping_.load()) {
+  if ((none_idle || uring::wants_worker()) && workers_.size() < max_threads_ && !stopping_.load()) {
     start_worker();
   }
 }
