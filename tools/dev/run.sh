@@ -16,6 +16,7 @@ packages=(g++ cmake ninja-build pkg-config fuse3 libfuse3-dev liburing-dev libbo
           libfuzzer-14-dev
           python3-torch python3-torchvision python3-pytest python3-pil python3-hypothesis
           python3-pip python3-setuptools python3-wheel python3-venv python3-h5py python3-lmdb
+          protobuf-compiler libprotobuf-dev python3-grpcio python3-protobuf python3-yaml
           gnuplot-nox glusterfs-server glusterfs-client attr iproute2 procps
           e2fsprogs util-linux fio gdb)
 
