@@ -51,6 +51,16 @@ grep -q '^.SH EXAMPLES' /usr/share/man/man1/epochfs.1 || fail "no EXAMPLES in th
 ls /usr/share/epochfs/python/epochfs-*-py3-none-any.whl >/dev/null || fail "no wheel"
 grep -q '^.TH EPOCHFS 1' /usr/share/man/man1/epochfs.1 || fail "no man page"
 grep -q 'complete .* epochfs' /usr/share/bash-completion/completions/epochfs || fail "no completion"
+# The container image's entrypoint (tools/deploy/Dockerfile) is the package's CSI plugin, and it
+# runs with the packages the image adds (python3-grpcio, python3-protobuf: the Suggests line).
+entrypoint=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)".*/\1/p' /usr/share/doc/epochfs/examples/Dockerfile)
+[ -x "$entrypoint" ] || fail "the image's entrypoint $entrypoint is not installed"
+for p in python3-grpcio python3-protobuf; do
+  dpkg-deb -f "$deb" Suggests | grep -q "$p" || fail "Suggests lacks $p"
+  grep -q "$p" /usr/share/doc/epochfs/examples/Dockerfile || fail "the image lacks $p"
+done
+(cd / && env -u PYTHONPATH "$entrypoint" --help | grep -q -- --source-root) || fail "epochfs-csi --help"
+[ -f /usr/share/doc/epochfs/examples/csi-driver.yaml ] || fail "no CSI driver manifest"
 # Debian's python3 finds the package with no PYTHONPATH, from anywhere.
 module=$(cd / && env -u PYTHONPATH /usr/bin/python3 -c 'import epochfs; print(epochfs.__file__)')
 [[ "$module" == /usr/lib/python3/dist-packages/epochfs/* ]] || fail "python: $module"
