@@ -540,6 +540,10 @@ TEST_CASE("the CLI explains a usage error and exits 2", "[mount][system]") {
        "epochfs mount: unknown option '--cache-sise' (did you mean '--cache-size'?)"},
       {{"mount", "/src", "/mnt", "--log-level", "loud"}, "'loud' is not one of error, warning"},
       {{"mount", "/src", "/mnt", "--bogus-flag"}, "unknown option '--bogus-flag'; see"},
+      {{"mount", "/src", "/mnt", "--cache-size", "lots"}, "--cache-size lots: expected a size"},
+      {{"mount", "/src", "/mnt", "--cache-size", "10G", "--no-cache"},
+       "epochfs mount: --no-cache contradicts --cache-size 10G: drop one"},
+      {{"mount", "/src", "/mnt", "--no-cache", "--keep-cache"}, "contradicts --keep-cache"},
       {{"publish"}, "epochfs publish: mountpoint is required; see epochfs publish --help"},
       {{"publish", "/mnt", "a", "b"}, "epochfs publish: unexpected argument 'b'"},
   };
@@ -552,6 +556,21 @@ TEST_CASE("the CLI explains a usage error and exits 2", "[mount][system]") {
     CHECK(contains(r.output, c.says));
     CHECK_FALSE(contains(r.output, "Run with --help"));
   }
+}
+
+TEST_CASE("a cache size beyond the cache disk mounts with a warning", "[mount][system]") {
+  TempDir dir;
+  make_small_source(dir / "src");
+  fs::create_directories(dir / "mnt");
+  DetachAtEnd guard(dir / "mnt");
+  const CommandResult r = run_epochfs(
+      {"mount", dir / "src", dir / "mnt", "--cache-dir", dir / "cache", "--cache-size", "9000T"});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.output, "epochfs: warning: --cache-size 9000.0 TiB is more than "));
+  CHECK(contains(r.output, "the reserve will bound the cache"));
+  CHECK(read_file(dir / "mnt/hello.txt") == "hello");
+  CHECK(run_epochfs({"unmount", dir / "mnt"}).exit_code == 0);
 }
 
 TEST_CASE("the CLI tells its version and answers a mistyped command as one", "[mount][system]") {

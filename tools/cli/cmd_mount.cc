@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "fusefs/session.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
+#include "tools/cli/stats_doc.h"
 
 namespace epochfs::tools {
 namespace {
@@ -128,6 +130,31 @@ bool check_places(const fusefs::MountOptions& o) {
   return true;
 }
 
+// A --cache-size above what the cache's filesystem can ever hold is not refused (the free-space
+// reserve bounds the cache), but the user expected that much space: say so.
+void warn_if_cache_too_big(const cachestore::CacheOptions& c) {
+  if (c.capacity_bytes == 0 || c.capacity_bytes == UINT64_MAX) {
+    return;
+  }
+  std::filesystem::path dir = c.root;  // or its nearest existing parent: made at mount
+  struct statvfs fs;
+  while (::statvfs(dir.c_str(), &fs) != 0) {
+    if (!dir.has_relative_path()) {
+      return;
+    }
+    dir = dir.parent_path();
+  }
+  const double holds = static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize) *
+                       (1 - c.reserve_fraction);
+  if (static_cast<double>(c.capacity_bytes) > holds) {
+    fprintf(stderr,
+            "epochfs: warning: --cache-size %s is more than %s can hold (%s, keeping the %.0f%% "
+            "reserve free): the reserve will bound the cache\n",
+            human_bytes(static_cast<double>(c.capacity_bytes)).c_str(), dir.c_str(),
+            human_bytes(holds).c_str(), c.reserve_fraction * 100);
+  }
+}
+
 }  // namespace
 
 int cmd_mount(fusefs::MountOptions options) {
@@ -145,6 +172,7 @@ int cmd_mount(fusefs::MountOptions options) {
       !check_places(options) || !check_fuse_device()) {
     return 1;
   }
+  warn_if_cache_too_big(options.cache);
   if (options.debug) {
     options.foreground = true;
   }

@@ -185,10 +185,15 @@ int run(int argc, char** argv) {
   if (auto code = as_mount_helper(argc, argv, app, *commands[0].app, helper_args, helper_argv)) {
     return *code;
   }
+  // mount(8) takes a helper's 1 for a bad invocation (its 2 means a system error).
+  const bool helper = !helper_argv.empty();
+  const auto helper_code = [helper](int code) {
+    return helper && code == tools::kUsageError ? 1 : code;
+  };
   if (auto code = tools::parse_command_line(app, argc, argv)) {
-    return *code;
+    return helper_code(*code);
   }
-  return tools::run_parsed(commands);
+  return helper_code(tools::run_parsed(commands));
 }
 
 }  // namespace

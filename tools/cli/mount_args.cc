@@ -261,6 +261,11 @@ std::optional<prefetch::Lookahead> parse_lookahead(const std::string& text) {
 
 // Fills o.cache from the flags; false (with a message) if one is malformed.
 bool apply_cache_flags(const MountArgs& args, MountOptions& o) {
+  if (args.no_cache && (args.cache_size != "unlimited" || o.cache.keep)) {
+    fprintf(stderr, "epochfs mount: --no-cache contradicts %s: drop one\n",
+            o.cache.keep ? "--keep-cache" : ("--cache-size " + args.cache_size).c_str());
+    return false;
+  }
   if (args.no_cache) {
     o.cache.capacity_bytes = 0;
   } else if (args.cache_size != "unlimited") {
@@ -367,7 +372,8 @@ cachestore::LogLevel parse_level(const std::string& s) {
   return LogLevel::kInfo;
 }
 
-// The values the flags imply once parsed; false (with a message) if one is malformed.
+// The values the flags imply once parsed; false (with a message) if one is malformed or they
+// contradict each other: a usage error.
 bool finish(const CLI::App& cmd, MountArgs& args) {
   MountOptions& o = args.options;
   // --immutable lengthens the timeouts the user did not set explicitly.
@@ -393,7 +399,7 @@ Subcommand add_mount_command(CLI::App& app) {
   add_user_limit_options(cmd, *args);
   return {cmd, [cmd, args] {
             cachestore::set_log_level(parse_level(args->log_level));
-            return finish(*cmd, *args) ? cmd_mount(args->options) : 1;
+            return finish(*cmd, *args) ? cmd_mount(args->options) : kUsageError;
           }};
 }
 

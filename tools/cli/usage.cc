@@ -115,7 +115,7 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
     const std::string what = extras ? explain_extras(cmd, *extras) : e.what();
     const std::string command = command_of(app, cmd);
     fprintf(stderr, "%s: %s; see %s --help\n", command.c_str(), what.c_str(), command.c_str());
-    return 2;
+    return kUsageError;
   }
 }
 

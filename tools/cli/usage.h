@@ -13,6 +13,9 @@
 
 namespace epochfs::tools {
 
+// The exit code of a usage error (a failure is 1). mount(8)'s helpers use 1 for both.
+constexpr int kUsageError = 2;
+
 // The candidate nearest to word, if within max_distance edits (a near miss); else nullopt.
 std::optional<std::string> nearest(const std::string& word,
                                    const std::vector<std::string>& candidates,
