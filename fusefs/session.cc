@@ -216,6 +216,8 @@ std::optional<Resources> open_resources(const MountOptions& o) {
       return std::nullopt;
     }
     listener = std::move(bound).value();
+    // With port 0 the user cannot know the port otherwise (the log may be syslog's).
+    fprintf(stderr, "epochfs: metrics at http://%s/metrics\n", listener->address().c_str());
   }
   return Resources{std::move(source).value(), root_st.value(), std::move(cache),
                    std::move(listener)};

@@ -328,10 +328,12 @@ TEST_CASE("a daemon in the background serves the metrics on the socket bound bef
     ~Unmount() { tools::unmount_or_detach(path); }  // also when a check below fails
   } unmount{mnt};
 
-  REQUIRE(run_epochfs({"mount", "--no-cache", dir / "src", mnt, "--metrics-listen", "127.0.0.1:0",
-                       "--log-file", log})
-              .exit_code == 0);
+  const CommandResult mounted = run_epochfs({"mount", "--no-cache", dir / "src", mnt,
+                                             "--metrics-listen", "127.0.0.1:0", "--log-file", log});
+  REQUIRE(mounted.exit_code == 0);
   const std::string address = served_at(log);
+  // Port 0: the port chosen is told in the terminal, not only in the log.
+  CHECK(mounted.output == "epochfs: metrics at http://" + address + "/metrics\n");
   CHECK(http_get(address, "/metrics").rfind("HTTP/1.1 200 OK", 0) == 0);
   CHECK(run_epochfs({"unmount", mnt}).exit_code == 0);
   CHECK(connect_to(address) < 0);  // the daemon and its socket are gone
