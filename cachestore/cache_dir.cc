@@ -46,7 +46,8 @@ Result<std::pair<UniqueFd, UniqueFd>> build_locked(const std::string& root,
       root + "/" + kBuildingPrefix + name.substr(0, name.find('.') + 1) + process_dir_id();
   const std::string path = root + "/" + name;
   if (::mkdir(building.c_str(), 0700) != 0) {
-    return Status::error(errno, "mkdir " + building);
+    // Said of root: the name being built is ours, not the user's.
+    return Status::error(errno, "cannot make a mount's directory in " + root);
   }
   auto fail = [&building](const char* what) {
     const int err = errno;

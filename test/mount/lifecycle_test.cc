@@ -176,6 +176,7 @@ TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][
   fs::create_directories(dir / "mnt");
   std::ofstream(dir / "a-file") << "x";
   Tmpfs read_only(dir / "ro", "size=1M", MS_RDONLY);
+  Tmpfs private_read_only(dir / "ro700", "size=1M,mode=0700", MS_RDONLY);
 
   struct Case {
     std::string cache_dir;
@@ -185,6 +186,8 @@ TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][
   const std::vector<Case> cases = {
       {dir / "a-file", "cannot use the cache directory"},
       {dir / "ro/cache", "cannot use the cache directory"},
+      {dir / "ro700",
+       "cannot make a mount's directory in " + dir / "ro700" + ": Read-only file system"},
       {dir / "src/cache", "inside the source"},
       {dir / "src", "inside the source"},
       {dir / "mnt/cache", "inside the mountpoint"},
@@ -196,6 +199,7 @@ TEST_CASE("mount refuses a cache directory it cannot or must not use", "[mount][
     INFO(c.cache_dir << ": " << r.output);
     CHECK(r.exit_code == 1);
     CHECK(contains(r.output, c.says));
+    CHECK_FALSE(contains(r.output, ".new."));  // no name of epochfs's own in the message
     CHECK_FALSE(is_mounted(dir / "mnt"));
     // Nothing was made.
     CHECK(list_tree(dir.path()) == before);
@@ -302,6 +306,7 @@ TEST_CASE("mount refuses bad arguments with a one-line reason", "[mount][lifecyc
     INFO(c.args.back() << ": " << r.output);
     CHECK(r.exit_code != 0);
     CHECK(contains(r.output, c.says));
+    CHECK_FALSE(contains(r.output, ".new."));  // no name of epochfs's own in the message
     CHECK_FALSE(is_mounted(dir / "mnt"));
     CHECK_FALSE(is_mounted(dir / "src/inner"));
     CHECK_FALSE(is_mounted(dir / "full"));
