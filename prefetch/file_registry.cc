@@ -14,13 +14,6 @@ namespace {
 
 uint64_t hash_of(std::string_view path) { return XXH3_64bits(path.data(), path.size()); }
 
-// The shard comes from the hash's top byte (shard_of), the slot from its low bits, which each
-// slot keeps.
-uint32_t low_bits(uint64_t hash) { return static_cast<uint32_t>(hash); }
-
-// Each shard's table starts this small: an empty registry holds 256 of them.
-constexpr size_t kFirstSlots = 64;
-
 // Whether the stored, NUL-terminated path is path (which holds no NUL), reading no further
 // than its terminator.
 bool same_path(const char* stored, std::string_view path) {
@@ -44,18 +37,15 @@ FileId FileRegistry::register_path(std::string_view path, bool pin, bool* added)
     *added = false;
   }
   const uint64_t hash = hash_of(path);
-  Shard& shard = shard_of(hash);
-  // Grow at 70% full: linear probing stays short, and the tables cost under 8 bytes per file.
-  if (10 * (shard.used + 1) > 7 * shard.slots.size()) {
-    grow(shard);
-  }
-  const size_t slot = find_slot(shard, path, hash);
-  if (shard.slots[slot].id != kEmpty) {
+  cachestore::IdIndex& shard = shard_of(hash);
+  if (const FileId found = find_locked(path, hash); found != kEmpty) {
     if (pin) {
-      pinned_[shard.slots[slot].id] = true;
+      pinned_[found] = true;
     }
-    return shard.slots[slot].id;
+    return found;
   }
+  // Room first: nothing below may throw once the record is made.
+  most_rehashed_ = std::max(most_rehashed_, shard.make_room());
   const uint32_t place = store_path(path);
   FileId id;
   if (recycled_.empty()) {
@@ -72,19 +62,13 @@ FileId FileRegistry::register_path(std::string_view path, bool pin, bool* added)
   if (added != nullptr) {
     *added = true;
   }
-  shard.slots[slot] = Slot{id, low_bits(hash)};
-  ++shard.used;
+  shard.insert(id, hash);
   return id;
 }
 
 std::optional<FileId> FileRegistry::find(std::string_view path) const {
   MutexLock lock(mu_);
-  const uint64_t hash = hash_of(path);
-  const Shard& shard = shard_of(hash);
-  if (shard.slots.empty()) {
-    return std::nullopt;
-  }
-  const FileId id = shard.slots[find_slot(shard, path, hash)].id;
+  const FileId id = find_locked(path, hash_of(path));
   return id == kEmpty ? std::nullopt : std::optional<FileId>(id);
 }
 
@@ -146,8 +130,7 @@ void FileRegistry::release_locked(FileId id) {
   const uint32_t place = records_[id].path;
   const std::string_view path(path_at(place));
   const uint64_t hash = hash_of(path);
-  Shard& shard = shard_of(hash);
-  erase_slot(shard, find_slot(shard, path, hash));  // the slot holding id: its path is id's
+  shard_of(hash).erase(id, hash);
   const uint32_t chunk = place >> kChunkBits;
   chunks_[chunk].live -= path.size() + 1;
   records_[id] = Record{kReleased};
@@ -174,8 +157,7 @@ void FileRegistry::evacuate(uint32_t chunk) {
   for (size_t at = 0; at < chunks_[chunk].used;) {
     const std::string_view path(bytes + at);
     const auto place = static_cast<uint32_t>(size_t{chunk} << kChunkBits | at);
-    const uint64_t hash = hash_of(path);
-    const FileId id = shard_of(hash).slots[find_slot(shard_of(hash), path, hash)].id;
+    const FileId id = find_locked(path, hash_of(path));
     if (id != kEmpty && records_[id].path == place) {
       chunks_[chunk].live -= path.size() + 1;
       records_[id].path = store_path(path);  // never this chunk: it is not the current one
@@ -186,48 +168,9 @@ void FileRegistry::evacuate(uint32_t chunk) {
   free_chunks_.push_back(chunk);
 }
 
-void FileRegistry::erase_slot(Shard& shard, size_t slot) {
-  const size_t mask = shard.slots.size() - 1;
-  size_t hole = slot;
-  for (size_t j = (hole + 1) & mask; shard.slots[j].id != kEmpty; j = (j + 1) & mask) {
-    const size_t home = shard.slots[j].hash & mask;
-    // The entry at j may fill the hole if its probe passed the hole: its home is not in
-    // (hole, j], cyclically.
-    if (((j - home) & mask) >= ((j - hole) & mask)) {
-      shard.slots[hole] = shard.slots[j];
-      hole = j;
-    }
-  }
-  shard.slots[hole] = Slot{};
-  --shard.used;
-}
-
-size_t FileRegistry::find_slot(const Shard& shard, std::string_view path, uint64_t hash) const {
-  const size_t mask = shard.slots.size() - 1;
-  const uint32_t bits = low_bits(hash);
-  for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
-    const Slot s = shard.slots[slot];
-    if (s.id == kEmpty || (s.hash == bits && same_path(path_at(records_[s.id].path), path))) {
-      return slot;
-    }
-  }
-}
-
-void FileRegistry::grow(Shard& shard) {
-  std::vector<Slot> old = std::move(shard.slots);
-  shard.slots.assign(std::max(kFirstSlots, 2 * old.size()), Slot{});
-  const size_t mask = shard.slots.size() - 1;
-  for (const Slot& s : old) {
-    if (s.id != kEmpty) {
-      // Every path in a shard is distinct: the first free slot from its home is its place.
-      size_t slot = s.hash & mask;
-      while (shard.slots[slot].id != kEmpty) {
-        slot = (slot + 1) & mask;
-      }
-      shard.slots[slot] = s;
-    }
-  }
-  most_rehashed_ = std::max(most_rehashed_, shard.used);
+FileId FileRegistry::find_locked(std::string_view path, uint64_t hash) const {
+  return shard_of(hash).find(
+      hash, [&](FileId id) { return same_path(path_at(records_[id].path), path); });
 }
 
 size_t FileRegistry::most_rehashed_at_once() const {

@@ -37,6 +37,7 @@
 
 #include "cachestore/file_id.h"
 #include "cachestore/file_version.h"
+#include "cachestore/id_index.h"
 #include "cachestore/sync.h"
 
 namespace epochfs::prefetch {
@@ -122,7 +123,7 @@ class FileRegistry {
 
   uint32_t shape_of(const struct stat& st) REQUIRES(mu_);
 
-  static constexpr FileId kEmpty = UINT32_MAX;
+  static constexpr FileId kEmpty = cachestore::IdIndex::kNone;
   static constexpr unsigned kChunkBits = 20;
   static constexpr size_t kChunkBytes = size_t{1} << kChunkBits;
   // One short of the places 32 bits hold, so that no place is kReleased or kRecycled.
@@ -146,34 +147,20 @@ class FileRegistry {
     return chunks_[place >> kChunkBits].bytes.get() + (place & (kChunkBytes - 1));
   }
 
-  // A slot of the index: an id (kEmpty if free) and the low 32 bits of its path's hash. A
-  // probe compares a path only where the bits match: comparing every probed path (two cache
-  // misses and a strlen each) was 57% of the daemon's time publishing an order of 1.28
-  // million paths. The bits also give a slot's home without its path, so that deletions and
-  // growth never read or hash paths again (a release hashed every path it shifted back).
-  struct Slot {
-    FileId id = kEmpty;
-    uint32_t hash = 0;
-  };
-
-  // One table of the index: a power of two of slots.
-  struct Shard {
-    std::vector<Slot> slots;
-    size_t used = 0;
-  };
-
+  // The index is kShards tables (cachestore/id_index.h), picked by the hash's top byte; each
+  // slot keeps the hash's low 32 bits. A probe compares a path only where the bits match:
+  // comparing every probed path (two cache misses and a strlen each) was 57% of the daemon's
+  // time publishing an order of 1.28 million paths.
   static constexpr size_t kShards = 256;
 
-  Shard& shard_of(uint64_t hash) REQUIRES(mu_) { return shards_[hash >> 56]; }
+  cachestore::IdIndex& shard_of(uint64_t hash) REQUIRES(mu_) { return shards_[hash >> 56]; }
 
-  const Shard& shard_of(uint64_t hash) const REQUIRES(mu_) { return shards_[hash >> 56]; }
+  const cachestore::IdIndex& shard_of(uint64_t hash) const REQUIRES(mu_) {
+    return shards_[hash >> 56];
+  }
 
-  // The slot of path in shard: the one holding its id, or the empty one where it would go.
-  size_t find_slot(const Shard& shard, std::string_view path, uint64_t hash) const REQUIRES(mu_);
-  void grow(Shard& shard) REQUIRES(mu_);
-  // Removes the id in shard's slot from the index, moving the entries after it back so that
-  // every probe still finds them (linear probing's deletion, without tombstones).
-  void erase_slot(Shard& shard, size_t slot) REQUIRES(mu_);
+  // The id of path (whose hash is hash), or kEmpty.
+  FileId find_locked(std::string_view path, uint64_t hash) const REQUIRES(mu_);
 
   mutable cachestore::Mutex mu_;
   FileId register_path(std::string_view path, bool pin, bool* added) REQUIRES(mu_);
@@ -186,7 +173,7 @@ class FileRegistry {
   std::vector<Chunk> chunks_ GUARDED_BY(mu_);
   std::vector<uint32_t> free_chunks_ GUARDED_BY(mu_);  // slots of chunks_ freed
   uint32_t current_ GUARDED_BY(mu_) = UINT32_MAX;      // the chunk written to; none yet
-  std::array<Shard, kShards> shards_ GUARDED_BY(mu_);
+  std::array<cachestore::IdIndex, kShards> shards_ GUARDED_BY(mu_);
   size_t most_rehashed_ GUARDED_BY(mu_) = 0;
   std::vector<Shape> shapes_ GUARDED_BY(mu_);
   std::unordered_map<Shape, uint32_t, ShapeHash> shape_ids_ GUARDED_BY(mu_);
