@@ -1,5 +1,7 @@
 #include "fusefs/inode_table.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 
 namespace epochfs::fusefs {
@@ -8,12 +10,15 @@ using cachestore::MutexLock;
 
 InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names)
     : names_(names), root_key_{root_st.st_dev, root_st.st_ino} {
+  static_assert(sizeof(Inode) == 56);
   const FileId root = names_.id_of("");
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
-  by_id_.emplace(kRootInodeId, Inode{root_key_, root, 1, {}, S_IFDIR, false});
-  static_assert(sizeof(Inode) == 56);
-  by_key_.emplace(root_key_, kRootInodeId);
+  const InodeId id = add_node_locked(Found{root_key_, FileVersion{}, S_IFDIR}, root);
+  if (id != kRootInodeId) {
+    abort();  // the first slot of a new table is 1, generation 0: FUSE's root id
+  }
+  slot(1).seen = Stamp{};
 }
 
 InodeId InodeTable::add_reference(const struct stat& st, const std::string& path,
@@ -47,12 +52,12 @@ InodeId InodeTable::add_reference(const struct stat& st, const std::string& path
 
 std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
                                                 const FileId* linked, FileId* to_check) {
-  auto it = by_key_.find(found.key);
-  if (it == by_key_.end()) {
+  const uint32_t n = newest_slot(found.key);
+  if (n == cachestore::IdIndex::kNone) {
     return std::nullopt;
   }
-  const InodeId id = it->second;
-  Inode& inode = by_id_.at(id);
+  const InodeId id = id_of_slot(n);
+  Inode& inode = slot(n);
   if (id == kRootInodeId) {
     // The root reached again through a bind mount inside the source: its path stays "".
     add_one(inode);
@@ -92,71 +97,71 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
 }
 
 InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
-  const InodeId id = next_id_;
-  const auto node =
-      by_id_.emplace(id, Inode{found.key, path, 1, stamp_of(found.version), found.type, false})
-          .first;
-  try {
-    // An older node of the key lives on until the kernel forgets it, but lookups find this one.
-    by_key_.insert_or_assign(found.key, id);
-  } catch (...) {
-    by_id_.erase(node);
-    throw;
+  by_key_.make_room();  // then nothing below throws
+  const uint32_t n = free_slot_locked();
+  free_.pop_back();
+  Inode& inode = slot(n);
+  inode = Inode{found.key, path, 1, stamp_of(found.version), found.type, false, inode.generation};
+  ++chunks_[n / kChunkSlots].live;
+  // An older node of the key lives on until the kernel forgets it, but lookups find this one.
+  const uint64_t hash = hash_of(found.key);
+  if (const uint32_t older = newest_slot(found.key); older != cachestore::IdIndex::kNone) {
+    by_key_.erase(older, hash);
   }
-  ++next_id_;
-  peak_ = std::max(peak_, by_id_.size());
-  return id;
+  by_key_.insert(n, hash);
+  peak_ = std::max(peak_, ++size_);
+  return id_of_slot(n);
 }
 
 bool InodeTable::forget(InodeId id, uint64_t n) {
   MutexLock lock(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) {
+  Inode* inode = find_locked(id);
+  if (inode == nullptr) {
     return false;
   }
-  Inode& inode = it->second;
-  if (inode.nlookup != UINT32_MAX) {
-    inode.nlookup = n >= inode.nlookup ? 0 : inode.nlookup - static_cast<uint32_t>(n);
+  if (id == kRootInodeId) {
+    return true;  // kept for the mount's life, whatever the kernel says
   }
-  if (inode.nlookup == 0 && id != kRootInodeId) {
-    auto current = by_key_.find(inode.key);
-    if (current != by_key_.end() && current->second == id) {
-      by_key_.erase(current);  // not if a newer node of a changed file took the key
-    }
-    by_id_.erase(it);
+  if (inode->nlookup != UINT32_MAX) {
+    inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - static_cast<uint32_t>(n);
+  }
+  if (inode->nlookup == 0) {
+    // Not from the index if a newer node of a changed file took the key.
+    by_key_.erase(static_cast<uint32_t>(id), hash_of(inode->key));
+    free_locked(static_cast<uint32_t>(id));
   }
   return true;
 }
 
 std::optional<InodeId> InodeTable::node_of(const FileVersion& v) const {
   MutexLock lock(mu_);
-  auto it = by_key_.find(Key{static_cast<dev_t>(v.dev), v.ino});
-  if (it == by_key_.end()) {
+  const uint32_t n = newest_slot(Key{static_cast<dev_t>(v.dev), v.ino});
+  if (n == cachestore::IdIndex::kNone) {
     return std::nullopt;
   }
-  return it->second;
+  return id_of_slot(n);
 }
 
 std::optional<std::string> InodeTable::path_of(InodeId id) const {
   FileId path;
   {
     MutexLock lock(mu_);
-    auto it = by_id_.find(id);
-    if (it == by_id_.end()) {
+    const Inode* inode = find_locked(id);
+    if (inode == nullptr) {
       return std::nullopt;
     }
-    path = it->second.path;
+    path = inode->path;
   }
   return names_.path_of(path);
 }
 
 bool InodeTable::note_version(InodeId id, const FileVersion& version) {
   MutexLock lock(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) {
+  Inode* found = find_locked(id);
+  if (found == nullptr) {
     return false;
   }
-  Inode& inode = it->second;
+  Inode& inode = *found;
   // An open that found another file (the key differs) counts as a change, now and at the next
   // open: the kernel drops pages it need not have, never keeps ones it should drop.
   const bool unchanged = inode.opened && inode.saw(version);
@@ -169,24 +174,118 @@ bool InodeTable::shrink_if_mostly_forgotten() {
   // Below this, what a shrink gives back is not worth a malloc_trim.
   constexpr size_t kWorthShrinking = 4096;
   MutexLock lock(mu_);
-  if (peak_ < kWorthShrinking || by_id_.size() >= peak_ / 4) {
+  if (peak_ < kWorthShrinking || size_ >= peak_ / 4) {
     return false;
   }
-  by_id_.rehash(0);
-  by_key_.rehash(0);
-  peak_ = by_id_.size();
+  give_back_empty_chunks_locked();
+  by_key_.shrink();
+  peak_ = size_;
   return true;
 }
 
 size_t InodeTable::size() const {
   MutexLock lock(mu_);
-  return by_id_.size();
+  return size_;
 }
 
 uint64_t InodeTable::lookup_count(InodeId id) const {
   MutexLock lock(mu_);
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? 0 : it->second.nlookup;
+  const Inode* inode = find_locked(id);
+  return inode == nullptr ? 0 : inode->nlookup;
+}
+
+uint32_t InodeTable::held_slot(const std::vector<Chunk>& chunks, InodeId id) {
+  const auto n = static_cast<uint32_t>(id);
+  const size_t chunk = n / kChunkSlots;
+  if (n == 0 || chunk >= chunks.size() || !chunks[chunk].slots) {
+    return 0;
+  }
+  const Inode& inode = chunks[chunk].slots[n % kChunkSlots];
+  return inode.nlookup != 0 && inode.generation == (id >> 32) ? n : 0;
+}
+
+const InodeTable::Inode* InodeTable::find_locked(InodeId id) const {
+  const uint32_t n = held_slot(chunks_, id);
+  return n == 0 ? nullptr : &slot(n);
+}
+
+InodeTable::Inode* InodeTable::find_locked(InodeId id) {
+  const uint32_t n = held_slot(chunks_, id);
+  return n == 0 ? nullptr : &slot(n);
+}
+
+uint32_t InodeTable::newest_slot(const Key& key) const {
+  // Called by find within this call, with mu_ held.
+  return by_key_.find(hash_of(key),
+                      [&](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { return slot(n).key == key; });
+}
+
+uint32_t InodeTable::free_slot_locked() {
+  if (!free_.empty()) {
+    return free_.back();
+  }
+  // A chunk given back is made again before a new one, so that slot numbers stay low.
+  size_t c = 0;
+  while (c < chunks_.size() && chunks_[c].slots) {
+    ++c;
+  }
+  if (c == chunks_.size()) {
+    chunks_.reserve(c + 1);
+  }
+  free_.reserve((chunks_.size() + 1) * kChunkSlots);
+  auto slots = std::make_unique<Inode[]>(kChunkSlots);  // all free: no references
+  if (c == chunks_.size()) {
+    chunks_.emplace_back();
+  }
+  Chunk& chunk = chunks_[c];
+  chunk.slots = std::move(slots);
+  const auto first = static_cast<uint32_t>(c * kChunkSlots);
+  for (uint32_t i = kChunkSlots; i-- > 0;) {
+    chunk.slots[i].generation = chunk.next_generation;
+    if (first + i != 0) {  // no node has id 0
+      free_.push_back(first + i);
+    }
+  }
+  return free_.back();
+}
+
+void InodeTable::free_locked(uint32_t n) {
+  Inode& inode = slot(n);
+  inode.nlookup = 0;
+  --chunks_[n / kChunkSlots].live;
+  --size_;
+  if (++inode.generation < kMaxGeneration) {
+    free_.push_back(n);  // within the capacity reserved for every slot made
+  }
+}
+
+bool InodeTable::give_back_empty_chunks_locked() {
+  bool gave = false;
+  for (size_t c = 1; c < chunks_.size(); ++c) {  // not the root's
+    Chunk& chunk = chunks_[c];
+    if (!chunk.slots || chunk.live != 0) {
+      continue;
+    }
+    for (uint32_t i = 0; i < kChunkSlots; ++i) {
+      chunk.next_generation = std::max(chunk.next_generation, chunk.slots[i].generation);
+    }
+    chunk.slots.reset();
+    gave = true;
+  }
+  if (gave) {
+    // Called by erase_if within this call, with mu_ held.
+    std::erase_if(free_, [this](uint32_t n)
+                             NO_THREAD_SAFETY_ANALYSIS { return !chunks_[n / kChunkSlots].slots; });
+    size_t made = 0;
+    for (const Chunk& chunk : chunks_) {
+      made += chunk.slots ? kChunkSlots : 0;
+    }
+    std::vector<uint32_t> kept;
+    kept.reserve(made);  // what a forget may push back
+    kept.assign(free_.begin(), free_.end());
+    free_.swap(kept);
+  }
+  return gave;
 }
 
 }  // namespace epochfs::fusefs

@@ -23,6 +23,14 @@
 // keeps each path once (and the cache on keeps them all anyway): 4 bytes a node instead of a
 // string, about 76 less for each of a million inodes the kernel may hold.
 //
+// Memory, because the kernel may hold a node for every file of an epoch (ImageNet: 1.28 M):
+// nodes are 56-byte slots in chunks of 1,024, found by id without a map (an id is its slot's
+// number and the slot's generation), and by (st_dev, st_ino) through an IdIndex of slot
+// numbers (cachestore/id_index.h): about 75 bytes a held node in all, where two node-based
+// maps took about 140. A slot freed by forget serves again under its next generation, so no
+// id is handed out twice: others key state by node id (no-open's leases, control files'
+// snapshots) and must never find an old file's under a new file's id.
+//
 // Thread-safety: all methods lock mu_ for memory work only, and call the registry (a leaf
 // lock) with mu_ released.
 #pragma once
@@ -31,11 +39,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "cachestore/file_version.h"
+#include "cachestore/id_index.h"
 #include "cachestore/sync.h"
 #include "prefetch/file_registry.h"
 
@@ -101,9 +111,14 @@ class InodeTable {
     bool operator==(const Key&) const = default;
   };
 
-  struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.dev); }
-  };
+  // Mixed (splitmix64's finalizer): the index takes a slot from the low bits, and inode
+  // numbers of one directory's files run in sequence.
+  static uint64_t hash_of(const Key& k) {
+    uint64_t x = k.ino ^ (static_cast<uint64_t>(k.dev) * 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
 
   // The part of a version that is not the key: with the key, a whole version.
   struct Stamp {
@@ -118,13 +133,14 @@ class InodeTable {
     Key key;
     FileId path;  // in names_
     // The kernel's references; one that reaches UINT32_MAX stays there (the node is kept for
-    // good rather than dropped while the kernel may still hold it).
+    // good rather than dropped while the kernel may still hold it). 0: a free slot.
     uint32_t nlookup = 0;
     // At the latest lookup or open, with the key. A file's node keeps one version (a changed
     // file gets a new node), so the version at its latest open is `seen` once `opened`.
     Stamp seen;
     uint16_t type = 0;  // st_mode & S_IFMT
     bool opened = false;
+    uint32_t generation = 0;  // the slot's: the high half of its node's id
 
     // Whether v is the version this node last saw.
     bool saw(const FileVersion& v) const { return holds(v) && seen == stamp_of(v); }
@@ -135,6 +151,18 @@ class InodeTable {
     void see(const FileVersion& v) { seen = holds(v) ? stamp_of(v) : kAnotherFile; }
 
     bool holds(const FileVersion& v) const { return key == Key{static_cast<dev_t>(v.dev), v.ino}; }
+  };
+
+  // Slots, kChunkSlots to a chunk; a chunk all of whose slots are free may be given back (by
+  // shrink_if_mostly_forgotten), and its slots' generations go on from the highest it used.
+  static constexpr uint32_t kChunkSlots = 1024;
+  // Past this a slot is retired, so that ids stay below the control directory's (2^62).
+  static constexpr uint32_t kMaxGeneration = uint32_t{1} << 29;
+
+  struct Chunk {
+    std::unique_ptr<Inode[]> slots;  // null: given back
+    uint32_t live = 0;
+    uint32_t next_generation = 0;  // for the slots of a chunk made again
   };
 
   static Stamp stamp_of(const FileVersion& v) { return Stamp{v.size, v.mtime_ns, v.ctime_ns}; }
@@ -166,12 +194,40 @@ class InodeTable {
   // A new node for found at path, which takes found.key over from any older node.
   InodeId add_node_locked(const Found& found, FileId path) REQUIRES(mu_);
 
+  // The slot of the node held under id, or 0.
+  static uint32_t held_slot(const std::vector<Chunk>& chunks, InodeId id);
+  // The node held under id, or nullptr.
+  Inode* find_locked(InodeId id) REQUIRES(mu_);
+  const Inode* find_locked(InodeId id) const REQUIRES(mu_);
+
+  Inode& slot(uint32_t n) REQUIRES(mu_) { return chunks_[n / kChunkSlots].slots[n % kChunkSlots]; }
+
+  const Inode& slot(uint32_t n) const REQUIRES(mu_) {
+    return chunks_[n / kChunkSlots].slots[n % kChunkSlots];
+  }
+
+  InodeId id_of_slot(uint32_t n) const REQUIRES(mu_) {
+    return InodeId{slot(n).generation} << 32 | n;
+  }
+
+  // The slot of key's newest node, or IdIndex::kNone.
+  uint32_t newest_slot(const Key& key) const REQUIRES(mu_);
+  // A free slot, making (or making again) a chunk if there is none; throws std::bad_alloc.
+  uint32_t free_slot_locked() REQUIRES(mu_);
+  // Frees slot n (its node forgotten) for its next generation.
+  void free_locked(uint32_t n) REQUIRES(mu_);
+  // Gives back the chunks with no node held; false if there was none.
+  bool give_back_empty_chunks_locked() REQUIRES(mu_);
+
   prefetch::FileRegistry& names_;
   mutable cachestore::Mutex mu_;
-  std::unordered_map<InodeId, Inode> by_id_ GUARDED_BY(mu_);
-  std::unordered_map<Key, InodeId, KeyHash> by_key_ GUARDED_BY(mu_);
-  InodeId next_id_ GUARDED_BY(mu_) = kRootInodeId + 1;
-  size_t peak_ GUARDED_BY(mu_) = 0;  // most entries held since the last shrink
+  std::vector<Chunk> chunks_ GUARDED_BY(mu_);
+  // Free slots of the chunks made, a stack; its capacity covers them all, so that a forget
+  // (which cannot fail) never allocates.
+  std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  cachestore::IdIndex by_key_ GUARDED_BY(mu_);  // key -> the slot of its newest node
+  size_t size_ GUARDED_BY(mu_) = 0;
+  size_t peak_ GUARDED_BY(mu_) = 0;  // most nodes held since the last shrink
   const Key root_key_;
 };
 

@@ -169,8 +169,10 @@ void FileRegistry::evacuate(uint32_t chunk) {
 }
 
 FileId FileRegistry::find_locked(std::string_view path, uint64_t hash) const {
-  return shard_of(hash).find(
-      hash, [&](FileId id) { return same_path(path_at(records_[id].path), path); });
+  // Called by find within this call, with mu_ held.
+  return shard_of(hash).find(hash, [&](FileId id) NO_THREAD_SAFETY_ANALYSIS {
+    return same_path(path_at(records_[id].path), path);
+  });
 }
 
 size_t FileRegistry::most_rehashed_at_once() const {

@@ -79,6 +79,30 @@ TEST_CASE("ids are not reused while the kernel holds them", "[inode_table]") {
   CHECK(b != kRootInodeId);
 }
 
+// No-open's leases and the control files' snapshots are kept by node id: an old id that named
+// a new file would hand them the old file's state.
+TEST_CASE("a forgotten node's id never names another node", "[inode_table]") {
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
+  std::vector<InodeId> forgotten;
+  for (ino_t ino = 10; ino < 5000; ++ino) {
+    const InodeId id = table.add_reference(make_stat(ino), "f" + std::to_string(ino));
+    for (const InodeId old : forgotten) {
+      REQUIRE(id != old);
+    }
+    if (ino % 2 == 0 && forgotten.size() < 200) {
+      REQUIRE(table.forget(id, 1));
+      forgotten.push_back(id);
+    }
+  }
+  for (const InodeId old : forgotten) {
+    CHECK_FALSE(table.path_of(old).has_value());
+    CHECK(table.lookup_count(old) == 0);
+    CHECK_FALSE(table.forget(old, 1));
+  }
+  CHECK(table.size() == 1 + 4990 - 200);
+}
+
 TEST_CASE("a million lookups and forgets do not grow the table", "[inode_table]") {
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
@@ -263,6 +287,16 @@ TEST_CASE("a table the kernel mostly let go of shrinks once per fall", "[inode_t
   CHECK_FALSE(table.shrink_if_mostly_forgotten());  // once per fall
   CHECK(table.size() == 1001);
   CHECK(table.path_of(ids[9500]) == "f9510");  // what is held is kept
+  // Slots given back are made again, and their nodes get ids never used before.
+  for (ino_t ino = 20000; ino < 29000; ++ino) {
+    const InodeId id = table.add_reference(make_stat(ino), "g" + std::to_string(ino));
+    REQUIRE(std::find(ids.begin(), ids.end(), id) == ids.end());
+    REQUIRE(table.path_of(id) == "g" + std::to_string(ino));
+  }
+  CHECK(table.size() == 10001);
+  for (size_t i = 9000; i < ids.size(); ++i) {
+    CHECK(table.path_of(ids[i]) == "f" + std::to_string(i + 10));
+  }
 }
 
 }  // namespace epochfs::fusefs
