@@ -8,6 +8,7 @@
 // about f + (1-f)ln(1-f) from the second epoch on.
 #include <malloc.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cachestore/eviction_policy.h"
+#include "fusefs/inode_table.h"
 #include "prefetch/file_registry.h"
 #include "prefetch/schedule.h"
 #include "tools/lab/commands.h"
@@ -98,13 +100,44 @@ size_t heap_in_use() {
 
 // Heap bytes per file of the registry and of a schedule holding two epochs (the current and
 // the next), for `files` ImageNet-like paths.
+std::string imagenet_path(size_t i) {
+  char path[64];
+  snprintf(path, sizeof(path), "n%08zu/n%08zu_%zu.JPEG", i % 1000, i % 1000, i);
+  return path;
+}
+
+// The inode table when the kernel holds a node for each of the registry's files (after an
+// epoch), and what is left once it has let go of them all.
+void print_inode_memory(prefetch::FileRegistry& registry, size_t files) {
+  const auto node = [](ino_t ino, mode_t type) {
+    struct stat st = {};
+    st.st_dev = 1;
+    st.st_ino = ino;
+    st.st_mode = type;
+    return st;
+  };
+  std::vector<fusefs::InodeId> ids(files);
+  const size_t before = heap_in_use();
+  auto inodes = std::make_unique<fusefs::InodeTable>(node(2, S_IFDIR), registry);
+  for (size_t i = 0; i < files; ++i) {
+    ids[i] = inodes->add_reference(node(100 + i, S_IFREG), imagenet_path(i));
+  }
+  const size_t held = heap_in_use();
+  for (const fusefs::InodeId id : ids) {
+    inodes->forget(id, 1);
+  }
+  inodes->shrink_if_mostly_forgotten();
+  const size_t let_go = heap_in_use();
+  const double n = static_cast<double>(files);
+  printf("  inode table, a node held for each file: %.1f bytes per file; all let go: %.1f\n",
+         static_cast<double>(held - before) / n, static_cast<double>(let_go - before) / n);
+}
+
 void print_memory(size_t files) {
   const size_t before = heap_in_use();
   auto registry = std::make_unique<prefetch::FileRegistry>();
   for (size_t i = 0; i < files; ++i) {
-    char path[64];
-    snprintf(path, sizeof(path), "n%08zu/n%08zu_%zu.JPEG", i % 1000, i % 1000, i);
-    registry->id_of(path);
+    registry->id_of(imagenet_path(i));
   }
   const size_t after_registry = heap_in_use();
   auto schedule = std::make_unique<Schedule>();
@@ -121,6 +154,8 @@ void print_memory(size_t files) {
       static_cast<double>(after_schedule - after_registry) / 1e6,
       static_cast<size_t>(schedule->entries_held()), schedule->files_tracked(),
       static_cast<double>(8 * schedule->entries_held() + 8 * schedule->files_tracked()) / 1e6);
+  schedule.reset();
+  print_inode_memory(*registry, files);
 }
 
 // The longest single call into the next-use policy while `files` resident copies are each hit
