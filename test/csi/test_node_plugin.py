@@ -184,6 +184,22 @@ def test_what_a_pod_author_may_not_ask_for_is_refused_with_a_reason(plugin, cont
     assert plugin.mounts() == {} and not os.path.exists(plugin.target("bad"))
 
 
+def test_a_volume_whose_daemon_died_is_mounted_again_by_the_next_publish(plugin):
+    plugin.publish("a", inline())
+    target = plugin.target("a")
+    daemon = subprocess.run(["pgrep", "-f", f"epochfs mount --foreground .*{target}$"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert len(daemon) == 1
+    os.kill(int(daemon[0]), signal.SIGKILL)
+    with pytest.raises(OSError):  # ENOTCONN: the pod's reads fail
+        pathlib.Path(target, "n01", "a.jpg").read_bytes()
+    plugin.publish("a", inline())  # as kubelet retries after the plugin's pod came back
+    assert pathlib.Path(target, "n01", "a.jpg").read_bytes() == plugin.sample
+    assert len(plugin.mounts()) == 1
+    plugin.unpublish("a")
+    assert plugin.mounts() == {}
+
+
 def test_the_node_mounts_at_most_max_volumes_and_one_source_per_target(plugin):
     plugin.publish("a", inline())
     plugin.publish("b", inline("other"))

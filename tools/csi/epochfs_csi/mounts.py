@@ -6,6 +6,7 @@ of which then unmounts and deletes its cache. A daemon counts as started once it
 mount table; if it exits first, the last lines it printed are the error kubelet gets."""
 
 import collections
+import errno
 import os
 import subprocess
 import sys
@@ -33,6 +34,15 @@ def epochfs_mounts():
     return found
 
 
+def is_dead(target):
+    """Whether the mount at target has lost its daemon (the kernel answers ENOTCONN)."""
+    try:
+        os.statvfs(target)
+    except OSError as error:
+        return error.errno == errno.ENOTCONN
+    return False
+
+
 class Daemon:
     """One volume's ``epochfs mount --foreground`` process."""
 
@@ -51,11 +61,11 @@ class Daemon:
             sys.stderr.flush()
 
     def wait_mounted(self, target, timeout_s):
-        """True once target is an epochfs mount; False if the daemon exited or timeout_s passed
-        (the daemon is then stopped)."""
+        """True once target is an epochfs mount that answers (not a dead one the daemon has yet
+        to detach); False if the daemon exited or timeout_s passed (the daemon is then stopped)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if target in epochfs_mounts():
+            if target in epochfs_mounts() and not is_dead(target):
                 return True
             if self.process.poll() is not None:
                 self._reader.join(timeout=1)

@@ -2,7 +2,8 @@
 kubelet names, NodeUnpublishVolume unmounts it (which deletes that volume's cache).
 
 Calls are idempotent as CSI asks (kubelet retries): publishing a volume already mounted at its
-target with the same source succeeds, and unpublishing a target that is not mounted succeeds.
+target with the same source succeeds (a mount whose daemon died is made again), and
+unpublishing a target that is not mounted succeeds.
 At most ``max_volumes`` volumes are mounted at once (each is a daemon with its own cache)."""
 
 import dataclasses
@@ -45,12 +46,15 @@ class Node:
         volume = volumes.checked(request, self.settings.limits)
         with self._claimed(volume.target):
             mounted = mounts.epochfs_mounts().get(volume.target)
-            if mounted is not None:
+            # A mount whose daemon died (the plugin's container was replaced) is made again:
+            # epochfs mount detaches the dead one.
+            if mounted is not None and not mounts.is_dead(volume.target):
                 if mounted != volume.source:
                     raise Refused(grpc.StatusCode.ALREADY_EXISTS,
                                   f"{volume.target} is a mount of {mounted}, not of "
                                   f"{volume.source}")
                 return csi_pb2.NodePublishVolumeResponse()
+            self._forget_dead(volume.target)
             self._reserve(volume.target)
             try:
                 self._mount(volume)
@@ -85,6 +89,12 @@ class Node:
         for daemon in daemons:
             daemon.stop(self.settings.timeout_s)
 
+    def _forget_dead(self, target):
+        with self._lock:
+            daemon = self._daemons.pop(target, None)
+        if daemon is not None:
+            daemon.stop(self.settings.timeout_s)  # reaped: it died
+
     def _reserve(self, target):
         with self._lock:
             if len(self._daemons) >= self.settings.max_volumes:
@@ -94,7 +104,10 @@ class Node:
             self._daemons[target] = None
 
     def _mount(self, volume):
-        os.makedirs(volume.target, exist_ok=True)
+        try:
+            os.makedirs(volume.target)
+        except FileExistsError:
+            pass  # made by an earlier call, or a dead mount there (epochfs mount detaches it)
         daemon = mounts.Daemon(self._argv(volume), name=volume.volume_id)
         if not daemon.wait_mounted(volume.target, self.settings.timeout_s):
             mounts.remove_target(volume.target)
