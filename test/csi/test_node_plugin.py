@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import grpc
 import pytest
@@ -109,6 +110,21 @@ def plugin(tree):
     p.stop()
 
 
+def wait_for(condition, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def daemons_of(target):
+    found = subprocess.run(["pgrep", "-f", f"epochfs mount --foreground .*{target}$"],
+                           capture_output=True, text=True, check=False)
+    return found.stdout.split()
+
+
 def inline(source="imagenet", **more):
     return {"source": source, "csi.storage.k8s.io/ephemeral": "true",
             "csi.storage.k8s.io/pod.name": "train-0", **more}
@@ -143,7 +159,9 @@ def test_a_pod_volume_is_mounted_read_by_any_user_and_unmounted_with_its_cache(p
     assert any(plugin.cache.iterdir()), "the volume's cache directory"
     plugin.unpublish("a")
     assert plugin.mounts() == {} and not os.path.exists(target)
-    assert not any(plugin.cache.iterdir()), "the unmount deletes the volume's cache"
+    # Unmounted, the daemon deletes the cache and exits on its own; unpublish does not wait.
+    assert wait_for(lambda: not any(plugin.cache.iterdir())), "the volume's cache is deleted"
+    assert wait_for(lambda: not daemons_of(target)), "its daemon exits"
     plugin.unpublish("a")  # and again: nothing to do, still OK
 
 
@@ -187,12 +205,11 @@ def test_what_a_pod_author_may_not_ask_for_is_refused_with_a_reason(plugin, cont
 def test_a_volume_whose_daemon_died_is_mounted_again_by_the_next_publish(plugin):
     plugin.publish("a", inline())
     target = plugin.target("a")
-    daemon = subprocess.run(["pgrep", "-f", f"epochfs mount --foreground .*{target}$"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    daemon = daemons_of(target)
     assert len(daemon) == 1
     os.kill(int(daemon[0]), signal.SIGKILL)
-    with pytest.raises(OSError):  # ENOTCONN: the pod's reads fail
-        pathlib.Path(target, "n01", "a.jpg").read_bytes()
+    # kill() returns before the daemon is gone; then the pod's reads fail with ENOTCONN.
+    assert wait_for(lambda: mounts.is_dead(target))
     plugin.publish("a", inline())  # as kubelet retries after the plugin's pod came back
     assert pathlib.Path(target, "n01", "a.jpg").read_bytes() == plugin.sample
     assert len(plugin.mounts()) == 1

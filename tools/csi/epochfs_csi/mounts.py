@@ -3,7 +3,9 @@
 Each runs ``epochfs mount --foreground``, so its log reaches the plugin's stderr (``kubectl
 logs``) line by line with the volume's name, and SIGTERM to the plugin reaches every daemon, each
 of which then unmounts and deletes its cache. A daemon counts as started once its mount is in the
-mount table; if it exits first, the last lines it printed are the error kubelet gets."""
+mount table and answers; if it exits first, the last lines it printed are the error kubelet
+gets. Unmounted, a daemon goes on deleting its cache (minutes for millions of files) and exits
+by itself: its reader thread reaps it, and nobody waits or kills it meanwhile."""
 
 import collections
 import errno
@@ -59,6 +61,7 @@ class Daemon:
             self._tail.append(line.rstrip())
             sys.stderr.write(f"[{self.name}] {line}")
             sys.stderr.flush()
+        self.process.wait()  # its stderr closed: it is exiting
 
     def wait_mounted(self, target, timeout_s):
         """True once target is an epochfs mount that answers (not a dead one the daemon has yet
@@ -77,10 +80,14 @@ class Daemon:
     def last_words(self):
         return " / ".join(self._tail) or f"epochfs exited with status {self.process.returncode}"
 
-    def stop(self, timeout_s):
-        """SIGTERM (the daemon unmounts and deletes its cache), then SIGKILL past timeout_s."""
+    def terminate(self):
+        """SIGTERM: the daemon unmounts and deletes its cache."""
         if self.process.poll() is None:
             self.process.terminate()
+
+    def stop(self, timeout_s):
+        """SIGTERM, then SIGKILL past timeout_s."""
+        self.terminate()
         try:
             self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -74,10 +74,11 @@ class Node:
             error = None
             if target in mounts.epochfs_mounts():
                 error = mounts.unmount(self.settings.epochfs, target, self.settings.timeout_s)
-            if daemon is not None:
-                daemon.stop(self.settings.timeout_s)
             if error is not None:
+                if daemon is not None:
+                    daemon.stop(self.settings.timeout_s)
                 raise Refused(grpc.StatusCode.INTERNAL, f"unmounting {target}: {error}")
+            # Unmounted: the daemon deletes its cache and exits by itself (mounts.Daemon).
             mounts.remove_target(target)
         return csi_pb2.NodeUnpublishVolumeResponse()
 
@@ -86,6 +87,8 @@ class Node:
         with self._lock:
             daemons = [d for d in self._daemons.values() if d is not None]
             self._daemons.clear()
+        for daemon in daemons:  # all at once: each may take a while deleting its cache
+            daemon.terminate()
         for daemon in daemons:
             daemon.stop(self.settings.timeout_s)
 
