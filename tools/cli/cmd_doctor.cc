@@ -24,6 +24,7 @@
 #include "cachestore/fs_type.h"
 #include "cachestore/trusted_path.h"
 #include "cachestore/unique_fd.h"
+#include "tools/cli/cache_room.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
 #include "tools/cli/stats_doc.h"
@@ -152,16 +153,6 @@ void check_open_files(Report& r) {
   }
 }
 
-// The cache directory, or the nearest existing directory above it (it is created at mount).
-std::string existing_dir(std::string path) {
-  struct stat st;
-  while (!path.empty() && ::stat(path.c_str(), &st) != 0) {
-    const size_t slash = path.rfind('/');
-    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-  }
-  return path;
-}
-
 // The mount's own check (cachestore/trusted_path.h), on the cache dir or, if it is not made
 // yet, on the nearest directory above it.
 void check_cache_dir_owner(const DoctorOptions& o, const std::string& wanted,
@@ -177,12 +168,12 @@ void check_cache_dir_owner(const DoctorOptions& o, const std::string& wanted,
 
 void check_cache_dir(const DoctorOptions& o, Report& r) {
   const std::string wanted = absolute_path(o.cache_dir);
-  const std::string dir = existing_dir(wanted);
-  struct statfs fs;
-  if (::statfs(dir.c_str(), &fs) != 0) {
+  const auto room = cache_room(wanted, o.cache_reserve_percent / 100);
+  if (!room) {
     r.problem("cache dir %s: %s", o.cache_dir.c_str(), strerror(errno));
     return;
   }
+  const std::string& dir = room->dir;
   check_cache_dir_owner(o, wanted, dir, r);
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     r.problem(
@@ -190,22 +181,18 @@ void check_cache_dir(const DoctorOptions& o, Report& r) {
         "directory you can write, or --no-cache",
         o.cache_dir.c_str(), dir.c_str());
   }
-  if (fs.f_type == TMPFS_MAGIC) {
+  if (room->fs_type == TMPFS_MAGIC) {
     r.warn("cache dir %s is on tmpfs: copies take RAM from the trainer; use a local disk",
            o.cache_dir.c_str());
-  } else if (const char* net = cachestore::network_fs_name(static_cast<long>(fs.f_type))) {
+  } else if (const char* net = cachestore::network_fs_name(room->fs_type)) {
     r.warn("cache dir %s is on %s, not a local disk: copies gain little", o.cache_dir.c_str(), net);
   }
-  const double block = static_cast<double>(fs.f_bsize);
-  const double total = static_cast<double>(fs.f_blocks) * block;
-  const double free_bytes = static_cast<double>(fs.f_bavail) * block;
-  const double reserve = total * o.cache_reserve_percent / 100;
-  const double usable = std::max(0.0, free_bytes - reserve);
+  const double usable = room->usable();
   if (usable <= 0) {
     r.problem(
         "cache dir %s is full: %s free of %s, at or below the %.0f%% reserve; nothing "
         "can be cached: free space there, or pass another --cache-dir",
-        o.cache_dir.c_str(), human_bytes(free_bytes).c_str(), human_bytes(total).c_str(),
+        o.cache_dir.c_str(), human_bytes(room->free).c_str(), human_bytes(room->total).c_str(),
         o.cache_reserve_percent);
   } else if (o.cache_size_bytes > 0 && usable < static_cast<double>(o.cache_size_bytes)) {
     r.warn("cache dir %s: %s usable, less than --cache-size %s: the reserve will limit it",
@@ -213,7 +200,7 @@ void check_cache_dir(const DoctorOptions& o, Report& r) {
            human_bytes(static_cast<double>(o.cache_size_bytes)).c_str());
   } else {
     r.ok("cache dir %s: %s usable of %s", o.cache_dir.c_str(), human_bytes(usable).c_str(),
-         human_bytes(total).c_str());
+         human_bytes(room->total).c_str());
   }
 }
 

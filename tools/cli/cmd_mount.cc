@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include "cachestore/log.h"
 #include "cachestore/unique_fd.h"
 #include "fusefs/session.h"
+#include "tools/cli/cache_room.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
 #include "tools/cli/stats_doc.h"
@@ -136,22 +136,13 @@ void warn_if_cache_too_big(const cachestore::CacheOptions& c) {
   if (c.capacity_bytes == 0 || c.capacity_bytes == UINT64_MAX) {
     return;
   }
-  std::filesystem::path dir = c.root;  // or its nearest existing parent: made at mount
-  struct statvfs fs;
-  while (::statvfs(dir.c_str(), &fs) != 0) {
-    if (!dir.has_relative_path()) {
-      return;
-    }
-    dir = dir.parent_path();
-  }
-  const double holds = static_cast<double>(fs.f_blocks) * static_cast<double>(fs.f_frsize) *
-                       (1 - c.reserve_fraction);
-  if (static_cast<double>(c.capacity_bytes) > holds) {
+  const auto room = cache_room(c.root, c.reserve_fraction);
+  if (room && static_cast<double>(c.capacity_bytes) > room->holds()) {
     fprintf(stderr,
             "epochfs: warning: --cache-size %s is more than %s can hold (%s, keeping the %.0f%% "
             "reserve free): the reserve will bound the cache\n",
-            human_bytes(static_cast<double>(c.capacity_bytes)).c_str(), dir.c_str(),
-            human_bytes(holds).c_str(), c.reserve_fraction * 100);
+            human_bytes(static_cast<double>(c.capacity_bytes)).c_str(), room->dir.c_str(),
+            human_bytes(room->holds()).c_str(), c.reserve_fraction * 100);
   }
 }
 
