@@ -95,6 +95,7 @@ class IdIndex {
     }
   }
 
+  // The table's memory, for tests of shrink().
   size_t bytes() const { return slots_.capacity() * sizeof(Slot); }
 
  private:

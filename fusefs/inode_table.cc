@@ -259,7 +259,7 @@ void InodeTable::free_locked(uint32_t n) {
   }
 }
 
-bool InodeTable::give_back_empty_chunks_locked() {
+void InodeTable::give_back_empty_chunks_locked() {
   bool gave = false;
   for (size_t c = 1; c < chunks_.size(); ++c) {  // not the root's
     Chunk& chunk = chunks_[c];
@@ -285,7 +285,6 @@ bool InodeTable::give_back_empty_chunks_locked() {
     kept.assign(free_.begin(), free_.end());
     free_.swap(kept);
   }
-  return gave;
 }
 
 }  // namespace epochfs::fusefs

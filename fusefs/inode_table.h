@@ -216,8 +216,8 @@ class InodeTable {
   uint32_t free_slot_locked() REQUIRES(mu_);
   // Frees slot n (its node forgotten) for its next generation.
   void free_locked(uint32_t n) REQUIRES(mu_);
-  // Gives back the chunks with no node held; false if there was none.
-  bool give_back_empty_chunks_locked() REQUIRES(mu_);
+  // Gives back the chunks with no node held.
+  void give_back_empty_chunks_locked() REQUIRES(mu_);
 
   prefetch::FileRegistry& names_;
   mutable cachestore::Mutex mu_;
