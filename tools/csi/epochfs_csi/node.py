@@ -6,6 +6,7 @@ target with the same source succeeds (a mount whose daemon died is made again), 
 unpublishing a target that is not mounted succeeds.
 At most ``max_volumes`` volumes are mounted at once (each is a daemon with its own cache)."""
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -128,24 +129,17 @@ class Node:
             argv += ["-o", "ro"]
         return argv + ["--", volume.source, volume.target]
 
+    @contextlib.contextmanager
     def _claimed(self, target):
-        return _Claim(self, target)
-
-
-class _Claim:
-    """One call at a time per target: kubelet may retry a publish while the first still runs."""
-
-    def __init__(self, node, target):
-        self._node = node
-        self._target = target
-
-    def __enter__(self):
-        with self._node._lock:
-            if self._target in self._node._busy:
+        """One call at a time per target: kubelet may retry a publish while the first still
+        runs."""
+        with self._lock:
+            if target in self._busy:
                 raise Refused(grpc.StatusCode.ABORTED,
-                              f"a call for {self._target} is in progress; try again")
-            self._node._busy.add(self._target)
-
-    def __exit__(self, *exc):
-        with self._node._lock:
-            self._node._busy.discard(self._target)
+                              f"a call for {target} is in progress; try again")
+            self._busy.add(target)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy.discard(target)
