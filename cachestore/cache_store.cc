@@ -12,19 +12,14 @@
 #include <random>
 #include <utility>
 
+#include <xxhash.h>
+
 #include "cachestore/copy.h"
 #include "cachestore/log.h"
 #include "cachestore/root_dir.h"
 
 namespace epochfs::cachestore {
 namespace {
-
-// A staging entry's version: only the size is known (the copy's charge) until it is ready.
-FileVersion staging_version(uint64_t size) {
-  FileVersion v;
-  v.size = static_cast<int64_t>(size);
-  return v;
-}
 
 std::string temp_name_for(const std::string& final_name) {
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -105,25 +100,28 @@ void CacheStore::set_policy(std::unique_ptr<EvictionPolicy> policy) {
 
 bool CacheStore::contains(FileId id) const {
   MutexLock lock(mu_);
-  return entries_.count(id) != 0;
+  return entries_.contains(id);
 }
 
 std::vector<bool> CacheStore::contains_each(const std::vector<FileId>& ids) const {
   std::vector<bool> found(ids.size());
   MutexLock lock(mu_);
   for (size_t i = 0; i < ids.size(); ++i) {
-    found[i] = entries_.count(ids[i]) != 0;
+    found[i] = entries_.contains(ids[i]);
   }
   return found;
 }
 
-std::optional<FileVersion> CacheStore::ready_version(FileId id) const {
+bool CacheStore::has_ready(FileId id, const FileVersion& version) const {
   MutexLock lock(mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
-    return std::nullopt;
-  }
-  return it->second.version;
+  const Entry* e = entries_.find(id);
+  return e != nullptr && e->state == State::kReady && !e->doomed && e->is_of(version);
+}
+
+uint64_t CacheStore::version_digest(const FileVersion& v) {
+  const int64_t fields[] = {v.mtime_ns, v.ctime_ns, static_cast<int64_t>(v.ino),
+                            static_cast<int64_t>(v.dev)};
+  return XXH3_64bits(fields, sizeof(fields));
 }
 
 CacheStore::~CacheStore() {
@@ -156,10 +154,10 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
   }
   MutexLock lock(mu_);
   for (FileId id : gone) {
-    auto it = entries_.find(id);
-    if (it != entries_.end() && it->second.state == State::kRemoving) {
-      used_bytes_ -= charge_for(it->second.size());
-      entries_.erase(it);
+    const Entry* e = entries_.find(id);
+    if (e != nullptr && e->state == State::kRemoving) {
+      used_bytes_ -= charge_for(e->size());
+      entries_.erase(id);
     }
   }
 }
@@ -173,21 +171,20 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
     std::vector<Removal> removals;
     {
       MutexLock lock(mu_);
-      if (entries_.count(id) != 0) {
+      if (entries_.contains(id)) {
         return false;
       }
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
-        entries_.emplace(id,
-                         Entry{State::kStaging, false, false, 0, staging_version(size), 0, key});
+        entries_.insert(id, Entry{State::kStaging, false, false, 0, size, 0, 0, key});
         ++counters_.copies_in_flight;
         return true;
       }
       // Called by choose_victim within this scope, with mu_ held.
       auto victim = policy_->choose_victim([this](FileId v) NO_THREAD_SAFETY_ANALYSIS {
-        auto it = entries_.find(v);
-        return it != entries_.end() && it->second.state == State::kReady && it->second.pins == 0;
+        const Entry* e = entries_.find(v);
+        return e != nullptr && e->state == State::kReady && e->pins == 0;
       });
       if (!victim || charge > capacity) {
         ++counters_.skipped_no_room;
@@ -198,7 +195,7 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
         return false;
       }
       ++counters_.evictions;
-      mark_removing(*victim, entries_.at(*victim), removals);
+      mark_removing(*victim, *entries_.find(*victim), removals);
     }
     finish_removals(removals);
   }
@@ -276,10 +273,11 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   }
   staging.store_ = nullptr;  // committed: the destructor must not abort
   MutexLock lock(mu_);
-  Entry& e = entries_.at(staging.id_);
+  Entry& e = *entries_.find(staging.id_);
   e.state = State::kReady;
   staging_bytes_ -= charge_for(e.size());
-  e.version = version;
+  e.bytes = static_cast<uint64_t>(version.size);
+  e.version = version_digest(version);
   e.hash = hash;
   --counters_.copies_in_flight;
   ++counters_.files_staged;
@@ -298,27 +296,27 @@ void CacheStore::abort(Staging staging, int err) {
     note_fault(err);
   }
   MutexLock lock(mu_);
-  auto it = entries_.find(staging.id_);
-  if (it != entries_.end() && it->second.state == State::kStaging) {
-    used_bytes_ -= charge_for(it->second.size());
-    staging_bytes_ -= charge_for(it->second.size());
-    entries_.erase(it);
+  const Entry* e = entries_.find(staging.id_);
+  if (e != nullptr && e->state == State::kStaging) {
+    used_bytes_ -= charge_for(e->size());
+    staging_bytes_ -= charge_for(e->size());
+    entries_.erase(staging.id_);
     --counters_.copies_in_flight;
     ++counters_.copies_aborted;
   }
 }
 
 void CacheStore::drop_locked(FileId id, bool damaged, std::vector<Removal>& out) {
-  auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.state != State::kReady) {
+  Entry* e = entries_.find(id);
+  if (e == nullptr || e->state != State::kReady) {
     return;
   }
   damaged ? ++counters_.dropped_damaged : ++counters_.dropped_stale;
-  if (it->second.pins > 0) {
-    it->second.doomed = true;
+  if (e->pins > 0) {
+    e->doomed = true;
     return;
   }
-  mark_removing(id, it->second, out);
+  mark_removing(id, *e, out);
 }
 
 bool CacheStore::is_object(const struct stat& st, uint64_t size) {
@@ -339,15 +337,15 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   std::vector<Removal> removals;
   {
     MutexLock lock(mu_);
-    auto it = entries_.find(id);
-    if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
+    Entry* e = entries_.find(id);
+    if (e == nullptr || e->state != State::kReady || e->doomed) {
       return std::nullopt;
     }
-    if (it->second.version == version) {
-      ++it->second.pins;
+    if (e->is_of(version)) {
+      ++e->pins;
       policy_->accessed(id);
-      name = CacheDir::object_name(it->second.key);
-      size = it->second.size();
+      name = CacheDir::object_name(e->key);
+      size = e->size();
     } else {
       drop_locked(id, false, removals);
     }
@@ -379,10 +377,10 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   log(LogLevel::kWarning, "cache: copy %s is missing or damaged; refetching", name.c_str());
   {
     MutexLock lock(mu_);
-    auto it = entries_.find(id);
+    Entry* e = entries_.find(id);
     // Not counted twice: the copy may have been counted already by remake_removed_dir.
-    if (it != entries_.end() && !it->second.doomed) {
-      it->second.doomed = true;
+    if (e != nullptr && !e->doomed) {
+      e->doomed = true;
       ++counters_.dropped_damaged;
     }
   }
@@ -394,12 +392,12 @@ void CacheStore::unpin(FileId id) {
   std::vector<Removal> removals;
   {
     MutexLock lock(mu_);
-    auto it = entries_.find(id);
-    if (it == entries_.end() || it->second.pins == 0) {
+    Entry* e = entries_.find(id);
+    if (e == nullptr || e->pins == 0) {
       return;
     }
-    if (--it->second.pins == 0 && it->second.doomed) {
-      mark_removing(id, it->second, removals);
+    if (--e->pins == 0 && e->doomed) {
+      mark_removing(id, *e, removals);
     }
   }
   finish_removals(removals);

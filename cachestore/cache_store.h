@@ -42,13 +42,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "cachestore/cache_dir.h"
 #include "cachestore/disk_watch.h"
 #include "cachestore/eviction_policy.h"
 #include "cachestore/file_version.h"
+#include "cachestore/id_table.h"
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
 #include "cachestore/unique_fd.h"
@@ -103,7 +103,7 @@ struct VerifyReport {
   uint64_t damaged = 0;  // missing, wrong size or wrong hash: dropped
   // The source versions whose copies were dropped: pages the kernel read from them may be
   // damaged too, and the mount invalidates them.
-  std::vector<FileVersion> dropped;
+  std::vector<FileId> dropped;
 };
 
 class CacheStore;
@@ -151,18 +151,24 @@ class CacheStore {
   // objects built after the store).
   void set_policy(std::unique_ptr<EvictionPolicy> policy);
 
-  // The paths of file ids (the engine's registry), for the index a kept cache writes at the
-  // end. Call once, before any other method; without it, nothing is kept.
+  // What the engine's registry knows of file ids, for the index a kept cache writes at the
+  // end: the path, and the version last seen (entries keep a hash of their copy's version, not
+  // the version; a copy of another version is not kept). Call once, before any other method;
+  // without it, nothing is kept.
   using PathOf = std::function<std::string(FileId)>;
+  using VersionOf = std::function<std::optional<FileVersion>(FileId)>;
 
-  void set_path_of(PathOf path_of) { path_of_ = std::move(path_of); }
+  void set_names(PathOf path_of, VersionOf version_of) {
+    path_of_ = std::move(path_of);
+    version_of_ = std::move(version_of);
+  }
 
   // Whether id has an entry (being staged, ready or being removed); for many ids, under one
   // hold of the lock.
   bool contains(FileId id) const;
   std::vector<bool> contains_each(const std::vector<FileId>& ids) const;
-  // The version of id's ready copy, if it has one.
-  std::optional<FileVersion> ready_version(FileId id) const;
+  // Whether id has a ready copy of exactly `version`.
+  bool has_ready(FileId id, const FileVersion& version) const;
 
   // A ready copy of id at exactly `version`, pinned, as an fd to read; nullopt on a miss.
   // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
@@ -221,21 +227,34 @@ class CacheStore {
  private:
   enum class State : uint8_t { kStaging, kReady, kRemoving };
 
+  // 48 bytes: with a million copies, every field counts (docs/benchmarks.md, "Memory per
+  // file").
   struct Entry {
-    State state;
+    State state = State::kStaging;
     bool doomed = false;          // remove when the last pin goes
     bool verify_pending = false;  // kept by an earlier mount: check the hash at first open
     uint32_t pins = 0;
-    // Of the copy, once ready; while staging, only its size (the source's at open).
-    FileVersion version;
-    uint64_t hash = 0;
+    uint64_t bytes = 0;  // the copy's size (the source's at open while staging); charged
+    // The rest of the copy's source version, as version_digest; 0 while staging. Not the
+    // FileVersion: 40 bytes, which the registry keeps already.
+    uint64_t version = 0;
+    uint64_t hash = 0;  // of the copy's content
     // Names the copy (CacheDir::object_name). No path or name is kept: with a million
     // copies, their strings were half of the daemon's memory per cached file.
     ObjectKey key;
 
-    // Charged charge_for(size()).
-    uint64_t size() const { return static_cast<uint64_t>(version.size); }
+    uint64_t size() const { return bytes; }
+
+    bool is_of(const FileVersion& v) const {
+      return v.valid() && static_cast<uint64_t>(v.size) == bytes && version == version_digest(v);
+    }
   };
+
+  static_assert(sizeof(Entry) == 48);
+
+  // A version but its size, in 64 bits: two versions that differ pass for one another once in
+  // 2^64 (XXH3's collision odds), far below a disk's undetected error rate.
+  static uint64_t version_digest(const FileVersion& v);
 
   // A file to unlink once the lock is released, then uncharge.
   struct Removal {
@@ -283,7 +302,8 @@ class CacheStore {
   Mutex remake_mu_;  // one remake_removed_dir at a time; taken before mu_
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   PathOf path_of_;  // set before use
-  std::unordered_map<FileId, Entry> entries_ GUARDED_BY(mu_);
+  VersionOf version_of_;
+  IdTable<Entry> entries_ GUARDED_BY(mu_);
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight
   CacheStats counters_ GUARDED_BY(mu_);

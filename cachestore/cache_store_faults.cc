@@ -70,8 +70,8 @@ bool CacheStore::bypass_hung_disk(FileId id) {
     return false;
   }
   MutexLock lock(mu_);
-  auto it = entries_.find(id);
-  if (it != entries_.end() && it->second.state == State::kReady && !it->second.doomed) {
+  const Entry* e = entries_.find(id);
+  if (e != nullptr && e->state == State::kReady && !e->doomed) {
     ++counters_.hung_disk_bypasses;
   }
   return true;
@@ -136,25 +136,23 @@ bool CacheStore::remake_removed_dir() {
 size_t CacheStore::forget_ready_copies() {
   size_t lost = 0;
   MutexLock lock(mu_);
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    Entry& e = it->second;
+  // Called by for_each within this scope, with mu_ held.
+  entries_.for_each([&](FileId id, Entry& e) NO_THREAD_SAFETY_ANALYSIS {
     if (e.state != State::kReady || e.doomed) {
       // A copy being made fails at its commit, a removal finds nothing to unlink, and a
       // doomed copy was counted when it was found missing.
-      ++it;
-      continue;
+      return;
     }
     ++lost;
     ++counters_.dropped_damaged;
     if (e.pins > 0) {
       e.doomed = true;  // dropped at its last unpin
-      ++it;
-      continue;
+      return;
     }
-    policy_->removed(it->first);
+    policy_->removed(id);
     used_bytes_ -= charge_for(e.size());
-    it = entries_.erase(it);
-  }
+    entries_.erase(id);
+  });
   return lost;
 }
 

@@ -22,21 +22,23 @@ namespace epochfs::cachestore {
 // The index is written only at a clean shutdown and deleted as soon as it is read: after a
 // crash there is no index, and nothing unverified is ever trusted.
 void CacheStore::save_index() {
-  std::vector<std::pair<FileId, KeptCopy>> ready;
+  std::vector<std::pair<FileId, Entry>> ready;
   {
     MutexLock lock(mu_);
-    for (const auto& [id, e] : entries_) {
+    // Called by for_each within this scope, with mu_ held.
+    entries_.for_each([&](FileId id, const Entry& e) NO_THREAD_SAFETY_ANALYSIS {
       if (e.state == State::kReady && !e.doomed) {
-        ready.emplace_back(id, KeptCopy{"", e.size(), e.version, e.hash});
+        ready.emplace_back(id, e);
       }
-    }
+    });
   }
-  // Paths from the registry, with no lock of ours held.
+  // Paths and versions from the registry, with no lock of ours held.
   std::vector<KeptCopy> copies;
-  for (auto& [id, copy] : ready) {
-    copy.path = path_of_ ? path_of_(id) : std::string();
-    if (!copy.path.empty()) {
-      copies.push_back(std::move(copy));
+  for (const auto& [id, e] : ready) {
+    const auto version = version_of_ ? version_of_(id) : std::nullopt;
+    std::string path = path_of_ ? path_of_(id) : std::string();
+    if (version && e.is_of(*version) && !path.empty()) {
+      copies.push_back(KeptCopy{std::move(path), e.size(), *version, e.hash});
     }
   }
   const std::string text = format_index(copies);
@@ -103,9 +105,10 @@ void CacheStore::adopt(FileId id, const KeptCopy& copy) {
   const uint64_t charge = charge_for(copy.size);
   {
     MutexLock lock(mu_);
-    if (entries_.count(id) == 0 && used_bytes_ + charge <= options_.capacity_bytes) {
+    if (!entries_.contains(id) && used_bytes_ + charge <= options_.capacity_bytes) {
       used_bytes_ += charge;
-      entries_.emplace(id, Entry{State::kReady, false, true, 0, copy.version, copy.hash, key});
+      entries_.insert(id, Entry{State::kReady, false, true, 0, copy.size,
+                                version_digest(copy.version), copy.hash, key});
       policy_->inserted(id);
       return;
     }
@@ -121,18 +124,18 @@ bool CacheStore::verify_copy(FileId id, int fd) {
   uint64_t size;
   {
     MutexLock lock(mu_);
-    auto it = entries_.find(id);
-    if (it == entries_.end() || !it->second.verify_pending) {
+    const Entry* e = entries_.find(id);
+    if (e == nullptr || !e->verify_pending) {
       return true;
     }
-    expected = it->second.hash;
-    size = it->second.size();
+    expected = e->hash;
+    size = e->size();
   }
   auto actual = hash_fd(fd, size);
   MutexLock lock(mu_);
-  auto it = entries_.find(id);
-  if (actual.is_ok() && actual.value() == expected && it != entries_.end()) {
-    it->second.verify_pending = false;
+  Entry* e = entries_.find(id);
+  if (actual.is_ok() && actual.value() == expected && e != nullptr) {
+    e->verify_pending = false;
     return true;
   }
   return false;

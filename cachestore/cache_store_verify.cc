@@ -15,11 +15,12 @@ VerifyReport CacheStore::verify_all() {
   std::vector<FileId> ids;
   {
     MutexLock lock(mu_);
-    for (const auto& [id, e] : entries_) {
+    // Called by for_each within this scope, with mu_ held.
+    entries_.for_each([&](FileId id, const Entry& e) NO_THREAD_SAFETY_ANALYSIS {
       if (e.state == State::kReady && !e.doomed) {
         ids.push_back(id);
       }
-    }
+    });
   }
   VerifyReport report;
   {
@@ -31,19 +32,17 @@ VerifyReport CacheStore::verify_all() {
     std::string name;
     uint64_t size = 0;
     uint64_t expected = 0;
-    FileVersion version;
     {
       MutexLock lock(mu_);
-      auto it = entries_.find(id);
-      if (it == entries_.end() || it->second.state != State::kReady || it->second.doomed) {
+      Entry* e = entries_.find(id);
+      if (e == nullptr || e->state != State::kReady || e->doomed) {
         ++counters_.verify_checked;  // evicted or dropped since the list was made: done with
         continue;
       }
-      ++it->second.pins;  // not evicted while we read it
-      name = CacheDir::object_name(it->second.key);
-      size = it->second.size();
-      expected = it->second.hash;
-      version = it->second.version;
+      ++e->pins;  // not evicted while we read it
+      name = CacheDir::object_name(e->key);
+      size = e->size();
+      expected = e->hash;
     }
     UniqueFd fd = open_object(name);
     struct stat st;
@@ -54,21 +53,21 @@ VerifyReport CacheStore::verify_all() {
     }
     {
       MutexLock lock(mu_);
-      auto it = entries_.find(id);
+      Entry* e = entries_.find(id);
       ++report.checked;
       ++counters_.verify_checked;
       report.bytes += size;
-      if (!good && it != entries_.end()) {
-        it->second.doomed = true;
+      if (!good && e != nullptr) {
+        e->doomed = true;
         ++counters_.dropped_damaged;
         ++report.damaged;
-      } else if (it != entries_.end()) {
-        it->second.verify_pending = false;
+      } else if (e != nullptr) {
+        e->verify_pending = false;
       }
     }
     if (!good) {
       log(LogLevel::kWarning, "cache: copy %s is damaged; dropped", name.c_str());
-      report.dropped.push_back(version);
+      report.dropped.push_back(id);
     }
     unpin(id);  // removes the copy if it was found damaged
   }

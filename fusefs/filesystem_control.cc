@@ -107,8 +107,9 @@ std::string Filesystem::run_verify() {
   const auto work = [&] {
     try {
       report = engine_.verify_cache();
-      for (const auto& version : report.dropped) {
-        if (auto node = inodes_.node_of(version)) {
+      for (FileId id : report.dropped) {
+        const auto version = engine_.observed_version(id);
+        if (auto node = version ? inodes_.node_of(*version) : std::nullopt) {
           nodes.push_back(*node);
         }
       }

@@ -57,7 +57,8 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
   planner_ = std::make_unique<Planner>(planner);
   if (cache_) {
     cache_->set_policy(std::make_unique<cachestore::NextUsePolicy>(*planner_));
-    cache_->set_path_of([this](FileId id) { return registry_.path_of(id); });
+    cache_->set_names([this](FileId id) { return registry_.path_of(id); },
+                      [this](FileId id) { return observed_version(id); });
     // Copies kept by an earlier mount (--keep-cache): each is checked against the source's
     // version like any copy, and its hash at first open.
     for (const auto& copy : cache_->take_kept_copies()) {
@@ -130,7 +131,7 @@ std::optional<struct stat> Engine::known_attributes(FileId id) {
   if (!st || !may_answer_in_outage()) {
     return std::nullopt;
   }
-  if (S_ISREG(st->st_mode) && cache_->ready_version(id) != FileVersion::of(*st)) {
+  if (S_ISREG(st->st_mode) && !cache_->has_ready(id, FileVersion::of(*st))) {
     return std::nullopt;  // no copy of that version: the file cannot be served anyway
   }
   return st;
@@ -395,6 +396,11 @@ void Engine::count_source_read(const OpenFile& file, uint64_t bytes) {
 
 cachestore::DiskWatch::Op Engine::watch_copy_read() {
   return cache_ ? cache_->watch_io() : cachestore::DiskWatch::Op();
+}
+
+std::optional<FileVersion> Engine::observed_version(FileId id) const {
+  const auto st = registry_.last_observed(id);
+  return st ? std::optional(FileVersion::of(*st)) : std::nullopt;
 }
 
 cachestore::VerifyReport Engine::verify_cache() {

@@ -237,6 +237,8 @@ class Engine final : public PrefetchSink {
 
   // Checks every cached copy against its recorded hash (epochfs verify). Slow: reads the cache.
   cachestore::VerifyReport verify_cache();
+  // The version last read from the source for id (a dropped copy's file, for its pages).
+  std::optional<cachestore::FileVersion> observed_version(FileId id) const;
 
   // Watches one read of an open cached copy, so that a cache disk that stops answering sends
   // later opens to the source (see cachestore::DiskWatch).

@@ -29,7 +29,7 @@ exposes() {  # exposes MODULE 'HEADER|...' FILES...: FILES include only those of
     status=1
   fi
 }
-exposes cachestore 'cache_store|eviction_policy|file_id|file_version|id_index|root_dir|status|sync|unique_fd' \
+exposes cachestore 'cache_store|eviction_policy|file_id|file_version|id_index|id_table|root_dir|status|sync|unique_fd' \
   prefetch/*.h fusefs/*.h
 exposes prefetch 'engine|file_registry|order_parser' fusefs/*.h
 # Only the adapter talks to libfuse (the fixture filesystems under test/fixtures are FUSE
