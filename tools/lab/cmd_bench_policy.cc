@@ -9,6 +9,7 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cachestore/cache_store.h"
 #include "cachestore/eviction_policy.h"
 #include "fusefs/inode_table.h"
 #include "prefetch/file_registry.h"
@@ -133,6 +135,35 @@ void print_inode_memory(prefetch::FileRegistry& registry, size_t files) {
          static_cast<double>(held - before) / n, static_cast<double>(let_go - before) / n);
 }
 
+// A cached copy's entry and its place in the eviction policy, entered as a kept copy is (no
+// copy is made: adopt() only files it).
+void print_cache_memory(size_t files) {
+  char root[] = "/tmp/epochfs-bench-cache-XXXXXX";
+  if (::mkdtemp(root) == nullptr) {
+    return;
+  }
+  {
+    cachestore::CacheOptions options;
+    options.root = root;
+    options.source_key = "/bench-policy";
+    auto store = cachestore::CacheStore::open(options, std::make_unique<cachestore::LruPolicy>());
+    if (!store.is_ok()) {
+      return;
+    }
+    const size_t opened = heap_in_use();
+    cachestore::FileVersion version;
+    version.size = 2048;
+    for (size_t i = 0; i < files; ++i) {
+      version.ino = 100 + i;
+      store.value()->adopt(static_cast<cachestore::FileId>(i),
+                           cachestore::KeptCopy{imagenet_path(i), 2048, version, i});
+    }
+    printf("  cache entries and their LRU list, a copy of each file: %.1f bytes per file\n",
+           static_cast<double>(heap_in_use() - opened) / static_cast<double>(files));
+  }
+  ::rmdir(root);
+}
+
 void print_memory(size_t files) {
   const size_t before = heap_in_use();
   auto registry = std::make_unique<prefetch::FileRegistry>();
@@ -156,6 +187,7 @@ void print_memory(size_t files) {
       static_cast<double>(8 * schedule->entries_held() + 8 * schedule->files_tracked()) / 1e6);
   schedule.reset();
   print_inode_memory(*registry, files);
+  print_cache_memory(files);
 }
 
 // The longest single call into the next-use policy while `files` resident copies are each hit
