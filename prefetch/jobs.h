@@ -92,6 +92,22 @@ struct JobLimits {
   double publish_cpu_share = 0.1;
 };
 
+// A published manifest: each entry line's id (Planner::kNoFile where rejected: index i names
+// line i) and, for the lines of ranges that cross a block's end, how many blocks follow the
+// line's id, the range's first block (the index orders over it stage them all).
+struct Manifest {
+  struct Span {
+    uint32_t line;
+    uint32_t more;  // blocks after the first: at most kMaxRangeBytes / kBlockBytes
+  };
+
+  std::vector<FileId> ids;
+  std::vector<Span> spans;  // by line, ascending
+
+  // What it holds, in the 4-byte entries the limits count.
+  uint64_t entries() const { return ids.size() + 2 * spans.size(); }
+};
+
 struct Job {
   uid_t uid = 0;
   std::string name;
@@ -102,7 +118,7 @@ struct Job {
   // (per entry of an order, prefetch_copy) copies no group list under the planner's lock.
   std::shared_ptr<const Credentials> reader;
   std::vector<size_t> streams;  // schedule slots
-  std::map<std::string, std::shared_ptr<const std::vector<FileId>>> manifests;
+  std::map<std::string, std::shared_ptr<const Manifest>> manifests;
   // The files its range orders and manifests read by blocks (prefetch/block_readers.h), by
   // "stream NAME" or "manifest NAME"; distinct, sorted.
   std::map<std::string, std::vector<FileId>> block_files;

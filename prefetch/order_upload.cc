@@ -81,7 +81,7 @@ cachestore::Status OrderUpload::write(uint64_t offset, std::string_view bytes) {
   return cachestore::Status::ok();
 }
 
-bool OrderUpload::make_room(size_t entries, size_t path_bytes) {
+bool OrderUpload::make_room(size_t entries, size_t path_bytes, size_t spans) {
   if (broken_) {
     return false;
   }
@@ -102,7 +102,8 @@ bool OrderUpload::make_room(size_t entries, size_t path_bytes) {
   const size_t e = grown(entries_.capacity(), entries);
   const size_t p = grown(pending_paths_.capacity(), pending_paths_.size() + path_bytes);
   const size_t n = grown(pending_ends_.capacity(), pending_ends_.size() + (path_bytes > 0));
-  const uint64_t held = e * sizeof(FileId) + p + n * sizeof(uint32_t);
+  const size_t s = grown(spans_.capacity(), spans);
+  const uint64_t held = e * sizeof(FileId) + p + n * sizeof(uint32_t) + s * sizeof(Manifest::Span);
   if (held > charged_) {
     cachestore::Status charged = ledger_->charge(publisher_.uid, held - charged_);
     if (!charged.is_ok()) {
@@ -116,6 +117,7 @@ bool OrderUpload::make_room(size_t entries, size_t path_bytes) {
   entries_.reserve(e);
   pending_paths_.reserve(p);
   pending_ends_.reserve(n);
+  spans_.reserve(s);
   return true;
 }
 
@@ -124,6 +126,7 @@ void OrderUpload::drop_held() {
   std::vector<FileId>().swap(entries_);
   std::string().swap(pending_paths_);
   std::vector<uint32_t>().swap(pending_ends_);
+  std::vector<Manifest::Span>().swap(spans_);
   if (ledger_ != nullptr && charged_ > 0) {
     ledger_->release(publisher_.uid, charged_);
   }
@@ -154,18 +157,52 @@ void OrderUpload::add_entry(std::string_view entry, uint64_t line) {
   if (!manifest_asked_) {
     manifest_asked_ = true;
     Planner::HeldManifest held = planner_.manifest(publisher_, parser_.header());
-    manifest_ = std::move(held.ids);
+    manifest_ = std::move(held.manifest);
     block_files_ = std::move(held.block_files);
   }
   const uint32_t index = *parse_index(entry);
   if (!manifest_) {
     rejects_.add(line, "no manifest published", entry);
-  } else if (index >= manifest_->size()) {
+  } else if (index >= manifest_->ids.size()) {
     rejects_.add(line, "index past the manifest's end", entry);
-  } else if ((*manifest_)[index] == Planner::kNoFile) {
+  } else if (manifest_->ids[index] == Planner::kNoFile) {
     rejects_.add(line, "index names a rejected manifest line", entry);
-  } else if (block_files_.empty() || entries_.empty() || entries_.back() != (*manifest_)[index]) {
-    entries_.push_back((*manifest_)[index]);  // a run of samples in one block: one entry
+  } else {
+    add_indexed(index);
+  }
+}
+
+bool OrderUpload::add_block_or_file(FileId id) {
+  if (!block_files_.empty() && !entries_.empty() && entries_.back() == id) {
+    return true;  // a run of samples in one block: one entry
+  }
+  if (!make_room(entries_.size() + 1, 0)) {
+    return false;
+  }
+  entries_.push_back(id);
+  return true;
+}
+
+void OrderUpload::add_indexed(uint32_t index) {
+  if (!add_block_or_file(manifest_->ids[index])) {
+    return;
+  }
+  const auto& spans = manifest_->spans;
+  const auto span =
+      std::lower_bound(spans.begin(), spans.end(), index,
+                       [](const Manifest::Span& s, uint32_t line) { return s.line < line; });
+  if (span == spans.end() || span->line != index) {
+    return;
+  }
+  // The first block's key names the file and the block: the rest follow it. Registered (and
+  // charged to this order's writer) here, not by the manifest: only what orders name is held.
+  const std::string first = registry_.path_of(manifest_->ids[index]);
+  const auto block = parse_block_key(first);
+  for (uint32_t k = 1; block && k <= span->more; ++k) {
+    const auto id = registered(block_key(block->path, block->block + k));
+    if (!id || !add_block_or_file(*id)) {
+      return;
+    }
   }
 }
 
@@ -195,14 +232,19 @@ void OrderUpload::add_range(std::string_view entry, uint64_t /*line*/) {
   }
   add_block_file(*file);
   if (kind_ == Kind::kManifest) {
-    // Index i of a manifest names the i-th entry line, here its range's first block (a range
-    // crossing a block's end is staged by its first block only).
+    // Index i of a manifest names the i-th entry line, here its range's first block; a span
+    // counts the blocks after it.
+    const auto more = static_cast<uint32_t>(range->last_block() - range->first_block());
+    const auto line = static_cast<uint32_t>(parser_.entry_lines() - 1);
     auto id = registered(block_key(range->path, range->first_block()));
-    if (!id || !make_room(parser_.entry_lines(), 0)) {
+    if (!id || !make_room(parser_.entry_lines(), 0, spans_.size() + (more > 0 ? 1 : 0))) {
       return;
     }
-    entries_.resize(parser_.entry_lines() - 1, Planner::kNoFile);
+    entries_.resize(line, Planner::kNoFile);
     entries_.push_back(*id);
+    if (more > 0) {
+      spans_.push_back(Manifest::Span{line, more});
+    }
     return;
   }
   for (uint64_t b = range->first_block(); b <= range->last_block(); ++b) {
@@ -335,7 +377,8 @@ const PublishReport& OrderUpload::finish() {
   }
   if (kind_ == Kind::kManifest) {
     entries_.resize(parser_.entry_lines(), Planner::kNoFile);
-    report_ = planner_.publish_manifest(publisher_, parser_.header(), std::move(entries_),
+    report_ = planner_.publish_manifest(publisher_, parser_.header(),
+                                        Manifest{std::move(entries_), std::move(spans_)},
                                         std::move(rejects_), std::move(block_files_));
   } else if (entries_.empty()) {
     report_ = refuse("not published: no usable entries");

@@ -88,6 +88,12 @@ class OrderUpload {
   // counted once, and its file among those read by blocks; of a range manifest: its first
   // block.
   void add_range(std::string_view entry, uint64_t line);
+  // An index order's entry naming manifest line `index`: its id, then the further blocks of a
+  // range crossing block ends.
+  void add_indexed(uint32_t index);
+  // Appends id unless it continues a run of samples in one block. False if a limit refused
+  // the room: the upload is broken.
+  bool add_block_or_file(FileId id);
   void add_block_file(FileId file);
   // The id of key, registered now (and charged to the writer) if new; nullopt if the charge
   // was refused, which breaks the upload.
@@ -102,7 +108,7 @@ class OrderUpload {
   // Grows the buffers for `entries` entries and a new path of path_bytes, charging the growth
   // to the writer before it is made, so that an upload never holds more than its writer's
   // limit. False if a limit refused it: the upload is broken and has let go of everything.
-  bool make_room(size_t entries, size_t path_bytes);
+  bool make_room(size_t entries, size_t path_bytes, size_t spans = 0);
   // Drops the entries and paths gathered and gives back their charge.
   void drop_held();
   // Gives the ids this upload registered to its job (Planner::hold_registered).
@@ -124,9 +130,10 @@ class OrderUpload {
   RejectReport rejects_;
   OrderParser parser_;
   std::vector<FileId> entries_;
-  std::string pending_paths_;                            // new paths, each ended by a NUL
-  std::vector<uint32_t> pending_ends_;                   // the end of each in pending_paths_
-  std::shared_ptr<const std::vector<FileId>> manifest_;  // for index-form orders
+  std::string pending_paths_;                 // new paths, each ended by a NUL
+  std::vector<uint32_t> pending_ends_;        // the end of each in pending_paths_
+  std::vector<Manifest::Span> spans_;         // a manifest's, of ranges
+  std::shared_ptr<const Manifest> manifest_;  // for index-form orders
   bool manifest_asked_ = false;  // asked the planner once: an upload indexes one manifest
   std::string last_block_;       // the last range entry's last block
   // The files this upload's entries are blocks of: a range order's or manifest's, or those of

@@ -327,7 +327,7 @@ PlannerStats Planner::stats() const {
   out.last_publish_by_user = last_publish_by_user_;
   for (const auto& [key, job] : jobs_.all()) {
     for (const auto& [name, m] : job.manifests) {
-      out.manifest_entries += m->size();
+      out.manifest_entries += m->entries();
     }
   }
   out.jobs = jobs_.all().size();

@@ -169,7 +169,7 @@ class Planner final : public cachestore::NextUseOracle {
   // index-form order names manifest[i]. Entries rejected while parsing keep their index as
   // kNoFile. block_files: as for publish, for a manifest of ranges.
   PublishReport publish_manifest(const Publisher& publisher, const OrderHeader& header,
-                                 std::vector<FileId> manifest, RejectReport rejects,
+                                 Manifest manifest, RejectReport rejects,
                                  std::vector<FileId> block_files = {});
   static constexpr FileId kNoFile = UINT32_MAX;
   // Records (and logs) an upload that cannot be published; report.message says why.
@@ -182,11 +182,11 @@ class Planner final : public cachestore::NextUseOracle {
   cachestore::Status admits(const Publisher& publisher, const OrderHeader& header, bool manifest,
                             uint64_t entries);
 
-  // The manifest an index-form order of publisher with this header indexes (ids null if none)
+  // The manifest an index-form order of publisher with this header indexes (null if none)
   // and the files its entries are blocks of (empty for a manifest of whole files), read under
   // one hold of the lock so that both are of the same manifest.
   struct HeldManifest {
-    std::shared_ptr<const std::vector<FileId>> ids;
+    std::shared_ptr<const Manifest> manifest;
     std::vector<FileId> block_files;
   };
 

@@ -108,7 +108,7 @@ uint64_t Planner::entries_held(std::optional<uid_t> uid) const {
       n += schedule_.stream_entries(s);
     }
     for (const auto& [name, m] : job.manifests) {
-      n += m->size();
+      n += m->entries();
     }
   }
   return n;
@@ -120,7 +120,7 @@ cachestore::Status Planner::admission(const Job& job, const OrderHeader& header,
   size_t new_streams = 0;
   if (manifest) {
     auto old = job.manifests.find(header.manifest.value_or(kDefaultManifest));
-    freed = old == job.manifests.end() ? 0 : old->second->size();
+    freed = old == job.manifests.end() ? 0 : old->second->entries();
   } else {
     const auto existing =
         schedule_.find_stream(Jobs::stream_key(job, header.stream.value_or(kDefaultStream)));
@@ -291,21 +291,21 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
 }
 
 PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderHeader& header,
-                                        std::vector<FileId> manifest, RejectReport rejects,
+                                        Manifest manifest, RejectReport rejects,
                                         std::vector<FileId> block_files) {
   PublishReport report;
   report.uid = publisher.uid;
   const std::string name = header.manifest.value_or(kDefaultManifest);
   report.stream = "manifest";
-  report.accepted = manifest.size();
+  report.accepted = manifest.ids.size();
   report.rejects = std::move(rejects);
   {
     MutexLock lock(mu_);
-    Job* job = manifest.empty() ? nullptr : job_of(publisher, header, &report);
-    if (manifest.empty()) {
+    Job* job = manifest.ids.empty() ? nullptr : job_of(publisher, header, &report);
+    if (manifest.ids.empty()) {
       report.message = "manifest: no entries; not published";
     } else if (job != nullptr) {
-      cachestore::Status admitted = admission(*job, header, true, manifest.size());
+      cachestore::Status admitted = admission(*job, header, true, manifest.entries());
       if (!admitted.is_ok()) {
         ++publishes_over_limit_;
         report.message = "manifest " + name + ": not published: " + admitted.context();
@@ -315,14 +315,14 @@ PublishReport Planner::publish_manifest(const Publisher& publisher, const OrderH
       } else {
         report.ok = true;
         report.message = "job " + job->name + " manifest " + name + ": " +
-                         std::to_string(manifest.size()) + " paths, " +
+                         std::to_string(manifest.ids.size()) + " paths, " +
                          std::to_string(report.rejects.total) + " skipped";
         auto& held = job->manifests[name];
         if (held) {
-          count_manifest(*held, -1);
+          count_manifest(held->ids, -1);
         }
-        count_manifest(manifest, +1);
-        held = std::make_shared<const std::vector<FileId>>(std::move(manifest));
+        count_manifest(manifest.ids, +1);
+        held = std::make_shared<const Manifest>(std::move(manifest));
         set_block_files(*job, "manifest " + name, std::move(block_files));
       }
     }
@@ -385,7 +385,7 @@ void Planner::end_job(Job& job) {
     set_block_files(job, job.block_files.begin()->first, {});
   }
   for (const auto& [name, manifest] : job.manifests) {
-    count_manifest(*manifest, -1);
+    count_manifest(manifest->ids, -1);
   }
   for (FileId id : job.registered) {
     candidates_.push_back(Registered{id, job.uid});

@@ -143,6 +143,23 @@ TEST_CASE("orders of indices into a manifest of ranges stage their samples' bloc
   CHECK(stat_of(mount, "block_hits") > 0);
 }
 
+TEST_CASE("an index order stages every block of a manifest range that crosses block ends",
+          "[mount][ranges]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 6 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 12);
+  Mount mount(dir / "src", dir / "mnt");
+  // Two samples in block 0, one from block 2 through block 4.
+  const std::vector<Sample> samples = {{10, 500}, {9000, 700}, {2 * kBlock + 100, 2 * kBlock}};
+  REQUIRE(publish(mount, range_order(samples, "data.bin"), "manifest") == 0);
+  REQUIRE(publish(mount, "#form indices\n2\n0\n1\n") == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == blocks_of(samples).size());  // 0, 2, 3, 4
+  CHECK(read_samples(mount / "data.bin", {samples[2], samples[0], samples[1]}, bytes) == 0);
+  CHECK(stat_of(mount, "block_misses") == 0);
+  CHECK(stat_of(mount, "bytes_from_source") == 0);
+}
+
 TEST_CASE("a file read by blocks with none cached is read from the source and then cached",
           "[mount][ranges]") {
   // The order names the blocks, but staging has no room until the reader comes: --lookahead 1

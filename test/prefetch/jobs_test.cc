@@ -260,7 +260,9 @@ TEST_CASE("an ended job's manifest stops holding its ids, however often it names
   // A manifest of ranges: one block named once per sample, 70,000 samples in a row.
   std::vector<FileId> manifest(70000, 5);
   manifest.push_back(6);
-  REQUIRE(planner.publish_manifest(exited(1000), header("j", std::nullopt), manifest, {}).ok);
+  REQUIRE(
+      planner.publish_manifest(exited(1000), header("j", std::nullopt), Manifest{manifest, {}}, {})
+          .ok);
   CHECK(planner.order_holds(5));
   CHECK(planner.order_holds(6));
   planner.end_finished_jobs();

@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "prefetch/blocks.h"
+
 namespace epochfs::prefetch {
 namespace {
 
@@ -267,6 +269,41 @@ TEST_CASE("an index order over a manifest of ranges names their blocks, a run on
   const FileId file = *registry.find("d.bin");
   CHECK(planner.reads_by_blocks(file, me().uid));
   CHECK_FALSE(planner.reads_by_blocks(file, me().uid + 1));
+}
+
+}  // namespace
+}  // namespace epochfs::prefetch
+
+namespace epochfs::prefetch {
+namespace {
+
+TEST_CASE("an index order stages every block a manifest's range crosses", "[upload]") {
+  FileRegistry registry;
+  Planner planner{PlannerOptions{}};
+  {
+    OrderUpload manifest(OrderUpload::Kind::kManifest, me(), registry, planner);
+    // Line 0: 2 MiB from 10 bytes before block 1, so blocks 0, 1 and 2; line 1 in block 2.
+    const std::string text = "#job j\n#form ranges\n1048566 2097152 d.bin\n2097200 100 d.bin\n";
+    REQUIRE(manifest.write(0, text).is_ok());
+    const PublishReport& r = manifest.finish();
+    INFO(r.message);
+    REQUIRE(r.ok);
+  }
+  // The manifest registers first blocks only, and holds its span as two entries.
+  CHECK(registry.find(block_key("d.bin", 0)));
+  CHECK_FALSE(registry.find(block_key("d.bin", 1)));
+  CHECK(planner.stats().manifest_entries == 2 + 2);
+  OrderUpload order(OrderUpload::Kind::kOrder, me(), registry, planner);
+  REQUIRE(order.write(0, "#job j\n#form indices\n0\n1\n").is_ok());
+  const PublishReport& r = order.finish();
+  INFO(r.message);
+  CHECK(r.ok);
+  // Blocks 0, 1, 2 for line 0; line 1 continues the run in block 2.
+  REQUIRE(planner.stats().streams.size() == 1);
+  CHECK(planner.stats().streams[0].current.length == 3);
+  const auto b1 = registry.find(block_key("d.bin", 1));
+  REQUIRE(b1);
+  CHECK(planner.order_holds(*b1));
 }
 
 }  // namespace
