@@ -195,6 +195,16 @@ class Filesystem {
     return engine_.read_blocks(file.file, size, off, reader);
   }
 
+  // A read of such a file within one block with a ready copy (Engine::block_slice).
+  std::optional<prefetch::Engine::BlockSlice> block_slice(const DataOpen& file, size_t size,
+                                                          off_t off, uid_t reader) {
+    return engine_.block_slice(file.file, size, off, reader);
+  }
+
+  void block_slice_done(const prefetch::Engine::BlockSlice& slice, bool sent) {
+    engine_.block_slice_done(slice, sent);
+  }
+
   // The guard of calls into the source; the FUSE layer wakes it when a request is interrupted.
   prefetch::SourceGuard& source_guard() { return engine_.source_guard(); }
 

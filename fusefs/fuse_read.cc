@@ -90,11 +90,11 @@ struct CopyPipe {
 
 enum class CopyRead { kSent, kFailed, kNoPipe };
 
-// Answers a read of a cached copy through the worker's pipe. kFailed, with nothing sent, if
-// the copy could not give the bytes its version has: the caller reads the source instead.
-CopyRead reply_from_copy(fuse_req_t req, const DataOpen& file, int fd, size_t size, off_t off) {
+// Answers a read of the expected bytes at off of a cached copy through the worker's pipe.
+// kFailed, with nothing sent, if the copy could not give them: the caller reads the source
+// instead.
+CopyRead reply_from_copy(fuse_req_t req, int fd, size_t expected, off_t off) {
   thread_local CopyPipe pipe;
-  const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (expected == 0) {
     fuse_reply_buf(req, nullptr, 0);
     return CopyRead::kSent;
@@ -121,9 +121,8 @@ CopyRead reply_from_copy(fuse_req_t req, const DataOpen& file, int fd, size_t si
 // EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
 // the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
 // replying from the copy's fd instead would hand its error or short read to the reader.
-CopyRead reply_copy_buffered(fuse_req_t req, const DataOpen& file, int fd, size_t size, off_t off) {
+CopyRead reply_copy_buffered(fuse_req_t req, int fd, size_t expected, off_t off) {
   thread_local std::vector<char> buffer;
-  const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
   if (buffer.size() < expected) {
     buffer.resize(expected);  // at most one read's size (max_read) per worker
   }
@@ -153,17 +152,37 @@ bool replied_from_copy(fuse_req_t req, DataOpen& file, size_t size, off_t off) {
     return false;
   }
   const auto watch = fs_of(req).watch_copy_read();
-  CopyRead r = reply_from_copy(req, file, fd, size, off);
+  const size_t expected = bytes_expected(static_cast<uint64_t>(file.file.version.size), off, size);
+  CopyRead r = reply_from_copy(req, fd, expected, off);
   if (r == CopyRead::kNoPipe) {
-    r = reply_copy_buffered(req, file, fd, size, off);
+    r = reply_copy_buffered(req, fd, expected, off);
   }
   return r == CopyRead::kSent;
+}
+
+// A read of a file read by blocks (prefetch/blocks.h): when it lies in one block with a ready
+// copy, read from the copy into the worker's buffer and sent; else block by block through the
+// engine. Not through the pipe as a whole file's copy: for the kernel's 128 KiB readahead
+// READs of small samples, splicing was 12-20% slower than this buffer (docs/benchmarks.md).
+void reply_blocks(fuse_req_t req, DataOpen& file, size_t size, off_t off) {
+  Filesystem& fs = fs_of(req);
+  const uid_t reader = fuse_req_ctx(req)->uid;
+  if (auto slice = fs.block_slice(file, size, off, reader)) {
+    const auto watch = fs.watch_copy_read();
+    const bool sent =
+        reply_copy_buffered(req, slice->copy->fd.get(), slice->len, slice->off) == CopyRead::kSent;
+    fs.block_slice_done(*slice, sent);
+    if (sent) {
+      return;
+    }
+  }
+  reply_result(req, fs.read_blocks(file, size, off, reader));
 }
 
 void reply_data(fuse_req_t req, DataOpen& file, size_t size, off_t off) {
   Filesystem& fs = fs_of(req);
   if (file.file.blocks != nullptr) {
-    reply_result(req, fs.read_blocks(file, size, off, fuse_req_ctx(req)->uid));
+    reply_blocks(req, file, size, off);
     return;
   }
   fs.count_read(file, size, static_cast<uint64_t>(off));

@@ -206,6 +206,23 @@ class Engine final : public PrefetchSink {
   cachestore::Result<std::string> read_blocks(const OpenFile& file, size_t size, off_t off,
                                               std::optional<uid_t> reader);
 
+  // A read within one block whose copy is ready, for the caller to read from the copy's fd
+  // into its own buffer (read_blocks allocates and zeroes one per READ, and a kernel readahead
+  // READ of a small sample is 128 KiB): the copy, held open until the slice goes, and where
+  // the bytes are in it. The read counts as a use of the
+  // block as in read_blocks. nullopt: read_blocks serves it. REQUIRES: block_slice_done.
+  struct BlockSlice {
+    std::shared_ptr<const BlockCopies::Copy> copy;
+    off_t off = 0;
+    size_t len = 0;
+  };
+
+  std::optional<BlockSlice> block_slice(const OpenFile& file, size_t size, off_t off,
+                                        std::optional<uid_t> reader);
+  // The slice was sent, or (sent false) its copy failed: the copy is dropped as damaged and
+  // the caller reads with read_blocks instead.
+  void block_slice_done(const BlockSlice& slice, bool sent);
+
   // Reading file's cached copy failed (an I/O error, or the copy ended early): drops the copy
   // as damaged (call once per open), then source_instead_of_copy opens the source at the same
   // version for the rest of the reads: an error if the source changed meanwhile (its bytes
@@ -270,8 +287,13 @@ class Engine final : public PrefetchSink {
   // len bytes at off of block of file, which holds them all, into out (read_blocks).
   cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
                                 std::optional<uid_t> reader, char* out);
-  // From id's (block's) ready copy of version, kept open for the reads that follow
-  // (block_copies_); false if none is ready or it failed.
+  // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_);
+  // null if none is ready.
+  std::shared_ptr<const BlockCopies::Copy> held_copy(FileId id,
+                                                     const cachestore::FileVersion& version);
+  // Counts a use of block (id) of file in reader's streams, once per run of reads in it.
+  void note_block_use(const OpenFile& file, FileId id, uint64_t block, std::optional<uid_t> reader);
+  // From id's (block's) ready copy of version; false if none is ready or it failed.
   bool read_copy(FileId id, uint64_t block, const cachestore::FileVersion& version, uint64_t off,
                  size_t len, char* out);
   // Copies block (id) of file into the cache on the stager, from a descriptor of its own.

@@ -74,9 +74,7 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   if (!id) {
     return from_source();  // no order named this block: read through, as an unordered file
   }
-  if (file.blocks->last_block.exchange(block, kRelaxed) != block) {
-    planner_->on_open(*id, reader);  // the next sample's block: its use, in reader's streams
-  }
+  note_block_use(file, *id, block, reader);
   const FileVersion version = block_version(file.version, block);
   if (read_copy(*id, block, version, off, len, out)) {
     return Status::ok();
@@ -106,15 +104,58 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   return read;
 }
 
-bool Engine::read_copy(FileId id, uint64_t block, const FileVersion& version, uint64_t off,
-                       size_t len, char* out) {
+void Engine::note_block_use(const OpenFile& file, FileId id, uint64_t block,
+                            std::optional<uid_t> reader) {
+  if (file.blocks->last_block.exchange(block, kRelaxed) != block) {
+    planner_->on_open(id, reader);  // the next sample's block: its use, in reader's streams
+  }
+}
+
+std::optional<Engine::BlockSlice> Engine::block_slice(const OpenFile& file, size_t size, off_t off,
+                                                      std::optional<uid_t> reader) {
+  const auto start = static_cast<uint64_t>(off);
+  const uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(file.version.size), start + size);
+  const uint64_t block = start / kBlockBytes;
+  if (!cache_ || start >= end || (end - 1) / kBlockBytes != block) {
+    return std::nullopt;
+  }
+  const auto id = registry_.find(block_key(file.blocks->path, block));
+  auto copy = id ? held_copy(*id, block_version(file.version, block)) : nullptr;
+  if (!copy) {
+    return std::nullopt;
+  }
+  note_block_use(file, *id, block, reader);
+  return BlockSlice{std::move(copy), static_cast<off_t>(start - block * kBlockBytes),
+                    static_cast<size_t>(end - start)};
+}
+
+void Engine::block_slice_done(const BlockSlice& slice, bool sent) {
+  if (sent) {
+    block_hits_.fetch_add(1, kRelaxed);
+    bytes_from_cache_.fetch_add(slice.len, kRelaxed);
+    return;
+  }
+  block_copies_->forget(slice.copy->id);
+  cache_->drop(slice.copy->id, true);  // damaged: read_blocks reads the source instead
+}
+
+std::shared_ptr<const BlockCopies::Copy> Engine::held_copy(FileId id, const FileVersion& version) {
   auto copy = block_copies_->find(id, version);
   if (!copy) {
     auto fd = cache_->open_copy(id, version);
     if (!fd) {
-      return false;
+      return nullptr;
     }
     copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)});
+  }
+  return copy;
+}
+
+bool Engine::read_copy(FileId id, uint64_t block, const FileVersion& version, uint64_t off,
+                       size_t len, char* out) {
+  auto copy = held_copy(id, version);
+  if (!copy) {
+    return false;
   }
   auto got = cachestore::pread_full(copy->fd.get(), out, len,
                                     static_cast<off_t>(off - block * kBlockBytes), "block copy");

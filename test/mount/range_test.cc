@@ -15,7 +15,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "cachestore/cache_dir.h"
 #include "cachestore/unique_fd.h"
+#include "prefetch/blocks.h"
 #include "test/mount/mount_fixture.h"
 
 namespace epochfs::test {
@@ -181,6 +183,38 @@ TEST_CASE("a file read by blocks with none cached is read from the source and th
   const double misses = stat_of(mount, "block_misses");
   CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
   CHECK(stat_of(mount, "block_misses") == misses);
+}
+
+TEST_CASE("a block copy that fails under a reader is replaced by the source's bytes",
+          "[mount][ranges]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 3 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 13);
+  Mount mount(dir / "src", dir / "mnt");
+  const std::vector<Sample> samples = {{kBlock + 100, 5000}, {kBlock + 400000, 5000}};
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  const std::string name = cachestore::CacheDir::object_name(prefetch::block_key("data.bin", 1));
+  std::string object;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(mount.cache_root())) {
+    object = e.path().string().ends_with("/" + name) ? e.path().string() : object;
+  }
+  REQUIRE(!object.empty());
+  cachestore::UniqueFd fd(::open((mount / "data.bin").c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(fd.valid());
+  const auto read_sample = [&](const Sample& s) {
+    std::string got(s.length, '\0');
+    REQUIRE(::pread(fd.get(), got.data(), s.length, static_cast<off_t>(s.offset)) ==
+            static_cast<ssize_t>(s.length));
+    return got == bytes.substr(s.offset, s.length);
+  };
+  CHECK(read_sample(samples[0]));
+  CHECK(stat_of(mount, "block_hits") >= 1);
+  // The copy loses all but its first 1,000 bytes while the file is open and the copy held.
+  REQUIRE(::truncate(object.c_str(), 1000) == 0);
+  REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
+  CHECK(read_sample(samples[1]));
+  CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
 }
 
 TEST_CASE("a file read by blocks that changes in the source is never served stale",
