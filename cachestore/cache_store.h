@@ -101,8 +101,8 @@ struct VerifyReport {
   uint64_t checked = 0;  // copies read whole and hashed
   uint64_t bytes = 0;
   uint64_t damaged = 0;  // missing, wrong size or wrong hash: dropped
-  // The source versions whose copies were dropped: pages the kernel read from them may be
-  // damaged too, and the mount invalidates them.
+  // The files whose copies were dropped: pages the kernel read from them may be damaged too,
+  // and the mount invalidates them.
   std::vector<FileId> dropped;
 };
 
