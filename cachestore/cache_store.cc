@@ -158,6 +158,7 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
     if (e != nullptr && e->state == State::kRemoving) {
       used_bytes_ -= charge_for(e->size());
       entries_.erase(id);
+      kept_versions_.erase(id);
     }
   }
 }

@@ -42,6 +42,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cachestore/cache_dir.h"
@@ -303,6 +304,9 @@ class CacheStore {
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
   PathOf path_of_;  // set before use
   VersionOf version_of_;
+  // The versions of copies kept by an earlier mount and not yet opened (verify_pending): no
+  // registry has seen their files yet, and the index a kept cache writes needs them.
+  std::unordered_map<FileId, FileVersion> kept_versions_ GUARDED_BY(mu_);
   IdTable<Entry> entries_ GUARDED_BY(mu_);
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight

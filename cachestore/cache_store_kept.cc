@@ -22,23 +22,35 @@ namespace epochfs::cachestore {
 // The index is written only at a clean shutdown and deleted as soon as it is read: after a
 // crash there is no index, and nothing unverified is ever trusted.
 void CacheStore::save_index() {
-  std::vector<std::pair<FileId, Entry>> ready;
+  struct Ready {
+    FileId id;
+    Entry entry;
+    std::optional<FileVersion> kept;  // its version in the index it came from, if not opened
+  };
+
+  std::vector<Ready> ready;
   {
     MutexLock lock(mu_);
     // Called by for_each within this scope, with mu_ held.
     entries_.for_each([&](FileId id, const Entry& e) NO_THREAD_SAFETY_ANALYSIS {
       if (e.state == State::kReady && !e.doomed) {
-        ready.emplace_back(id, e);
+        auto kept = kept_versions_.find(id);
+        ready.push_back(Ready{id, e,
+                              e.verify_pending && kept != kept_versions_.end()
+                                  ? std::optional(kept->second)
+                                  : std::nullopt});
       }
     });
   }
-  // Paths and versions from the registry, with no lock of ours held.
+  // Paths and versions from the registry, with no lock of ours held. A file seen since is
+  // kept at the version seen, if it is still the copy's.
   std::vector<KeptCopy> copies;
-  for (const auto& [id, e] : ready) {
-    const auto version = version_of_ ? version_of_(id) : std::nullopt;
-    std::string path = path_of_ ? path_of_(id) : std::string();
-    if (version && e.is_of(*version) && !path.empty()) {
-      copies.push_back(KeptCopy{std::move(path), e.size(), *version, e.hash});
+  for (const auto& r : ready) {
+    auto version = version_of_ ? version_of_(r.id) : std::nullopt;
+    version = version ? version : r.kept;
+    std::string path = path_of_ ? path_of_(r.id) : std::string();
+    if (version && r.entry.is_of(*version) && !path.empty()) {
+      copies.push_back(KeptCopy{std::move(path), r.entry.size(), *version, r.entry.hash});
     }
   }
   const std::string text = format_index(copies);
@@ -109,6 +121,7 @@ void CacheStore::adopt(FileId id, const KeptCopy& copy) {
       used_bytes_ += charge;
       entries_.insert(id, Entry{State::kReady, false, true, 0, copy.size,
                                 version_digest(copy.version), copy.hash, key});
+      kept_versions_[id] = copy.version;
       policy_->inserted(id);
       return;
     }
@@ -136,6 +149,7 @@ bool CacheStore::verify_copy(FileId id, int fd) {
   Entry* e = entries_.find(id);
   if (actual.is_ok() && actual.value() == expected && e != nullptr) {
     e->verify_pending = false;
+    kept_versions_.erase(id);
     return true;
   }
   return false;

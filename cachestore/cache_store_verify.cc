@@ -63,6 +63,7 @@ VerifyReport CacheStore::verify_all() {
         ++report.damaged;
       } else if (e != nullptr) {
         e->verify_pending = false;
+        kept_versions_.erase(id);
       }
     }
     if (!good) {

@@ -398,15 +398,6 @@ cachestore::DiskWatch::Op Engine::watch_copy_read() {
   return cache_ ? cache_->watch_io() : cachestore::DiskWatch::Op();
 }
 
-std::optional<FileVersion> Engine::observed_version(FileId id) const {
-  const auto st = registry_.last_observed(id);
-  return st ? std::optional(FileVersion::of(*st)) : std::nullopt;
-}
-
-cachestore::VerifyReport Engine::verify_cache() {
-  return cache_ ? cache_->verify_all() : cachestore::VerifyReport{};
-}
-
 EngineStats Engine::stats() const {
   EngineStats s;
   s.opens = opens_.load(kRelaxed);

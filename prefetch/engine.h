@@ -254,7 +254,8 @@ class Engine final : public PrefetchSink {
 
   // Checks every cached copy against its recorded hash (epochfs verify). Slow: reads the cache.
   cachestore::VerifyReport verify_cache();
-  // The version last read from the source for id (a dropped copy's file, for its pages).
+  // The version last read from the source for id, or for a block its file's (prefetch/
+  // blocks.h): what a kept copy is kept at, and whose pages go with a dropped copy.
   std::optional<cachestore::FileVersion> observed_version(FileId id) const;
 
   // Watches one read of an open cached copy, so that a cache disk that stops answering sends

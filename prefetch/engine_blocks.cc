@@ -2,7 +2,7 @@
 // Such a file is opened on the source; each read is cut at block boundaries, and each block
 // is served from its cached copy if one is ready (after waiting for a copy in flight), else
 // from the source, and then copied into the cache in the background as a miss of a whole
-// file is.
+// file is. Also what a block copy is kept or dropped at: its file's version (observed_version).
 #include <errno.h>
 #include <fcntl.h>
 
@@ -189,6 +189,29 @@ bool Engine::stage_block_in_background(const OpenFile& file, FileId id, const st
     return false;
   }
   return true;
+}
+
+std::optional<FileVersion> Engine::observed_version(FileId id) const {
+  if (const auto st = registry_.last_observed(id)) {
+    return FileVersion::of(*st);
+  }
+  // A block (prefetch/blocks.h) is never observed itself: its file is.
+  const std::string key = registry_.path_of(id);
+  const auto block = parse_block_key(key);
+  const auto file = block ? registry_.find(block->path) : std::nullopt;
+  const auto st = file ? registry_.last_observed(*file) : std::nullopt;
+  return st ? std::optional(block_version(FileVersion::of(*st), block->block)) : std::nullopt;
+}
+
+cachestore::VerifyReport Engine::verify_cache() {
+  if (!cache_) {
+    return {};
+  }
+  cachestore::VerifyReport report = cache_->verify_all();
+  for (FileId id : report.dropped) {
+    block_copies_->forget(id);  // a block's copy held open would go on serving its bytes
+  }
+  return report;
 }
 
 }  // namespace epochfs::prefetch

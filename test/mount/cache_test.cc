@@ -821,6 +821,12 @@ TEST_CASE("copies kept with --keep-cache serve the next mount", "[mount][cache][
     check_same(mount / "f0", dir / "src/f0");
     CHECK(stat_of(mount, "cache.dropped_stale") == 1);
   }
+  SECTION("copies a mount never opened are kept for the next") {
+    { Mount idle(dir / "src", dir / "mnt", keep); }
+    Mount mount(dir / "src", dir / "mnt", keep);
+    check_files(mount.path(), dir / "src", 6);
+    CHECK(stat_of(mount, "hits") == 6);
+  }
   SECTION("a mount without --keep-cache removes the kept copies") {
     Mount mount(dir / "src", dir / "mnt", {"--cache-dir", dir / "cache"});
     CHECK_FALSE(fs::exists(kept));

@@ -217,6 +217,52 @@ TEST_CASE("a block copy that fails under a reader is replaced by the source's by
   CHECK(stat_of(mount, "cache.dropped_damaged") == 1);
 }
 
+TEST_CASE("blocks kept with --keep-cache serve the next mount", "[mount][ranges][keep]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 3 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 21);
+  const std::vector<std::string> keep = {"--cache-dir", dir / "cache", "--keep-cache"};
+  const std::vector<Sample> samples = {{100, 5000}, {kBlock + 100, 5000}, {2 * kBlock + 9, 50}};
+  {
+    Mount mount(dir / "src", dir / "mnt", keep);
+    REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+    wait_for_staging(mount);
+    REQUIRE(stat_of(mount, "cache.files_cached") == 3);
+  }
+  Mount mount(dir / "src", dir / "mnt", keep);
+  CHECK(stat_of(mount, "cache.files_cached") == 3);
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(stat_of(mount, "block_misses") == 0);
+}
+
+TEST_CASE("epochfs verify drops a damaged block copy and the pages read from it",
+          "[mount][ranges]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 2 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 22);
+  Mount mount(dir / "src", dir / "mnt");
+  const std::vector<Sample> samples = {{kBlock + 4096, 4096}};
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  const std::string name = cachestore::CacheDir::object_name(prefetch::block_key("data.bin", 1));
+  std::string object;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(mount.cache_root())) {
+    object = e.path().string().ends_with("/" + name) ? e.path().string() : object;
+  }
+  REQUIRE(!object.empty());
+  {
+    std::fstream f(object, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096 + 10);
+    f.put(static_cast<char>(~bytes[kBlock + 4096 + 10]));  // same size, one byte different
+  }
+  // Read before any check: the damaged byte reaches the kernel's pages.
+  REQUIRE(read_samples(mount / "data.bin", samples, bytes) == 1);
+  const CommandResult r = run_epochfs({"verify", mount.path()});
+  CHECK(contains(r.output, "damaged"));
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+}
+
 TEST_CASE("a file read by blocks that changes in the source is never served stale",
           "[mount][ranges]") {
   TempDir dir;
