@@ -3,8 +3,8 @@
 //
 // A value lives in a slot of a chunk of kChunkSlots; a vector by id holds each id's slot number.
 // A node-based map (std::unordered_map) cost a value plus ~32 bytes of node, allocator and
-// bucket per entry; here a value costs itself plus 4 bytes per id handed out (ids are dense, as
-// the eviction policies' vectors by id already assume). A slot freed serves the next insert;
+// bucket per entry; here a value costs itself plus 4 to 8 bytes per id handed out (ids are dense,
+// as the eviction policies' vectors by id already assume). A slot freed serves the next insert;
 // chunks are kept: the table holds the most values it ever held at once (the cache's entries,
 // bounded by its capacity).
 //
@@ -38,7 +38,8 @@ class IdTable {
   // Gives id the value; id must have none. Throws std::bad_alloc with nothing changed.
   T& insert(uint32_t id, const T& value) {
     if (id >= slots_.size()) {
-      slots_.resize(std::max<size_t>(id + size_t{1}, 2 * slots_.size()), kAbsent);
+      const size_t most = size_t{1} << 32;  // every uint32_t id
+      slots_.resize(std::max<size_t>(id + size_t{1}, std::min(most, 2 * slots_.size())), kAbsent);
     }
     if (free_.empty()) {
       add_chunk();
@@ -67,18 +68,18 @@ class IdTable {
   // Calls f(id, value) for each value, by id; f may erase the id it is given.
   template <class F>
   void for_each(const F& f) {
-    for (uint32_t id = 0; id < slots_.size(); ++id) {
+    for (size_t id = 0; id < slots_.size(); ++id) {
       if (slots_[id] != kAbsent) {
-        f(id, at(slots_[id]));
+        f(static_cast<uint32_t>(id), at(slots_[id]));
       }
     }
   }
 
   template <class F>
   void for_each(const F& f) const {
-    for (uint32_t id = 0; id < slots_.size(); ++id) {
+    for (size_t id = 0; id < slots_.size(); ++id) {
       if (slots_[id] != kAbsent) {
-        f(id, chunks_[slots_[id] / kChunkSlots][slots_[id] % kChunkSlots]);
+        f(static_cast<uint32_t>(id), chunks_[slots_[id] / kChunkSlots][slots_[id] % kChunkSlots]);
       }
     }
   }

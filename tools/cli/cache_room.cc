@@ -26,7 +26,8 @@ std::optional<CacheRoom> cache_room(const std::string& path, double reserve_frac
   if (::statfs(room.dir.c_str(), &fs) != 0) {
     return std::nullopt;
   }
-  const auto block = static_cast<double>(fs.f_bsize);
+  // In fragments, as the cache store counts (f_bsize is only the preferred I/O size).
+  const auto block = static_cast<double>(fs.f_frsize != 0 ? fs.f_frsize : fs.f_bsize);
   room.fs_type = static_cast<long>(fs.f_type);
   room.total = static_cast<double>(fs.f_blocks) * block;
   room.free = static_cast<double>(fs.f_bavail) * block;
