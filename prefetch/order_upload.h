@@ -86,7 +86,7 @@ class OrderUpload {
   void add_entry(std::string_view entry, uint64_t line);
   // An entry of a range order: its blocks (prefetch/blocks.h), a run of samples in one block
   // counted once, and its file among those read by blocks; of a range manifest: its first
-  // block.
+  // block, and a span of the blocks after it.
   void add_range(std::string_view entry, uint64_t line);
   // An index order's entry naming manifest line `index`: its id, then the further blocks of a
   // range crossing block ends.

@@ -166,7 +166,7 @@ class Planner final : public cachestore::NextUseOracle {
                         std::vector<FileId> entries, RejectReport rejects, EntrySample sample = {},
                         std::vector<FileId> block_files = {});
   // Publishes a manifest, header.manifest's (or "default") of its job: index i of an
-  // index-form order names manifest[i]. Entries rejected while parsing keep their index as
+  // index-form order names manifest.ids[i]. Entries rejected while parsing keep their index as
   // kNoFile. block_files: as for publish, for a manifest of ranges.
   PublishReport publish_manifest(const Publisher& publisher, const OrderHeader& header,
                                  Manifest manifest, RejectReport rejects,
