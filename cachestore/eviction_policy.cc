@@ -51,38 +51,87 @@ std::optional<FileId> LruPolicy::choose_victim(const std::function<bool(FileId)>
 
 // Files whose key was computed as kNever live in never_ (LRU order); the others in the heap.
 void NextUsePolicy::file_key(FileId id) {
-  const uint32_t stamp = next_stamp_++;
-  if (next_stamp_ == 0) {
-    next_stamp_ = 1;  // 0 means not resident
-  }
-  if (id >= stamps_.size()) {
-    stamps_.resize(std::max<size_t>(id + 1, stamps_.size() + stamps_.size() / 2));
-  }
-  resident_ += stamps_[id] == 0 ? 1 : 0;
-  stamps_[id] = stamp;
   const uint64_t key = oracle_.next_use(id);
   if (key == NextUseOracle::kNever) {
+    take_out(id);
     never_.inserted(id);  // also refreshes its recency
     return;
   }
   never_.removed(id);
-  push(Keyed{key, id, stamp});
-  if (heap_.size() > 2 * resident_ + 1024) {
-    rebuild_heap();
+  place(id, key);
+}
+
+void NextUsePolicy::place(FileId id, uint64_t key) {
+  if (id >= slots_.size()) {
+    slots_.resize(std::max<size_t>(id + 1, slots_.size() + slots_.size() / 2), kNotHeld);
+  }
+  if (!in_heap(id)) {
+    heap_.push_back(Keyed{key, id});
+    slots_[id] = static_cast<uint32_t>(heap_.size() - 1);
+    sift_up(heap_.size() - 1);
+    return;
+  }
+  const size_t at = slots_[id];
+  const uint64_t was = heap_[at].key;
+  heap_[at].key = key;
+  if (key > was) {
+    sift_up(at);
+  } else {
+    sift_down(at);
   }
 }
 
-// Drops stale entries: each access pushes a new one.
-void NextUsePolicy::rebuild_heap() {
-  std::erase_if(heap_, [this](const Keyed& k) { return stamp_of(k.id) != k.stamp; });
-  std::make_heap(heap_.begin(), heap_.end());
+void NextUsePolicy::take_out(FileId id) {
+  if (!in_heap(id)) {
+    return;
+  }
+  const size_t at = slots_[id];
+  slots_[id] = kNotHeld;
+  const Keyed last = heap_.back();
+  heap_.pop_back();
+  if (at == heap_.size()) {
+    return;  // it was the last entry
+  }
+  put(at, last);
+  sift_up(at);
+  sift_down(slots_[last.id]);
+}
+
+void NextUsePolicy::sift_up(size_t at) {
+  const Keyed k = heap_[at];
+  while (at > 0) {
+    const size_t parent = (at - 1) / 2;
+    if (heap_[parent].key >= k.key) {
+      break;
+    }
+    put(at, heap_[parent]);
+    at = parent;
+  }
+  put(at, k);
+}
+
+void NextUsePolicy::sift_down(size_t at) {
+  const Keyed k = heap_[at];
+  const size_t n = heap_.size();
+  for (;;) {
+    size_t child = 2 * at + 1;
+    if (child >= n) {
+      break;
+    }
+    if (child + 1 < n && heap_[child + 1].key > heap_[child].key) {
+      ++child;
+    }
+    if (heap_[child].key <= k.key) {
+      break;
+    }
+    put(at, heap_[child]);
+    at = child;
+  }
+  put(at, k);
 }
 
 void NextUsePolicy::removed(FileId id) {
-  if (stamp_of(id) != 0) {
-    stamps_[id] = 0;
-    --resident_;
-  }
+  take_out(id);
   never_.removed(id);
 }
 
@@ -103,12 +152,9 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
   if (victim) {
     return victim;
   }
-  std::vector<Keyed> refused;  // pinned: put back afterwards
+  std::vector<Keyed> set_aside;  // looked at (pinned, or the victim): put back afterwards
   while (!heap_.empty() && !victim) {
-    const Keyed top = pop();
-    if (stamp_of(top.id) != top.stamp) {
-      continue;  // stale
-    }
+    const Keyed top = heap_.front();
     const uint64_t key = oracle_.next_use(top.id);
     if (key == NextUseOracle::kNever) {
       file_key(top.id);  // now first in line for eviction
@@ -118,16 +164,17 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
       continue;
     }
     if (key < top.key) {
-      push(Keyed{key, top.id, top.stamp});  // needed sooner than thought: re-rank
+      place(top.id, key);  // needed sooner than thought: re-rank
       continue;
     }
+    take_out(top.id);
     if (can_evict(top.id)) {
       victim = top.id;
     }
-    refused.push_back(Keyed{key, top.id, top.stamp});  // stays until removed() says otherwise
+    set_aside.push_back(Keyed{key, top.id});  // stays until removed() says otherwise
   }
-  for (const Keyed& k : refused) {
-    push(k);
+  for (const Keyed& k : set_aside) {
+    place(k.id, k.key);
   }
   return victim;
 }

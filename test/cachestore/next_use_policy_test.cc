@@ -219,4 +219,40 @@ TEST_CASE("a file's key follows its future as orders change", "[next_use]") {
   CHECK(policy.choose_victim(any) == FileId{2});
 }
 
+// Each hit re-keys its file in place: the heap holds one entry per resident file with a known
+// future whatever the hits, so no call ever has stale entries to sweep under the cache's lock.
+TEST_CASE("hits re-key in place: one heap entry per resident file", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  constexpr FileId kFiles = 5000;
+  for (FileId id = 0; id < kFiles; ++id) {
+    oracle.uses_[id] = (uint64_t{id} * 7919) % 10007;
+    policy.inserted(id);
+  }
+  std::mt19937 rng(7);
+  for (int round = 0; round < 5; ++round) {
+    for (FileId id = 0; id < kFiles; ++id) {
+      oracle.uses_[id] = rng() % 100000;
+      policy.accessed(id);
+    }
+    CHECK(policy.heap_entries() == kFiles);
+  }
+  oracle.uses_.erase(17);  // no future: leaves the heap for the LRU list
+  policy.accessed(17);
+  CHECK(policy.heap_entries() == kFiles - 1);
+  CHECK(policy.size() == kFiles);
+  // Victims still come farthest first, after the file with no future.
+  CHECK(policy.choose_victim(any) == FileId{17});
+  policy.removed(17);
+  uint64_t last = kNever;
+  for (int i = 0; i < 200; ++i) {
+    const auto victim = policy.choose_victim(any);
+    REQUIRE(victim);
+    CHECK(oracle.uses_[*victim] <= last);
+    last = oracle.uses_[*victim];
+    policy.removed(*victim);
+  }
+  CHECK(policy.size() == kFiles - 201);
+}
+
 }  // namespace epochfs::cachestore
