@@ -42,7 +42,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "cachestore/cache_dir.h"
@@ -50,6 +49,7 @@
 #include "cachestore/eviction_policy.h"
 #include "cachestore/file_version.h"
 #include "cachestore/id_table.h"
+#include "cachestore/kept_versions.h"
 #include "cachestore/status.h"
 #include "cachestore/sync.h"
 #include "cachestore/unique_fd.h"
@@ -202,7 +202,11 @@ class CacheStore {
   // Copies an earlier mount kept (--keep-cache) whose files are present with the recorded size.
   // Each is served only after adopt() and a hash check at its first open. Call once, before
   // any other method.
-  std::vector<KeptCopy> take_kept_copies() { return std::move(kept_); }
+  std::vector<KeptCopy> take_kept_copies() {
+    MutexLock lock(mu_);
+    kept_versions_.reserve(kept_.size());
+    return std::move(kept_);
+  }
 
   // Enters a kept copy as ready for id, charged, to be verified at first open. A copy that no
   // longer fits the capacity is removed instead.
@@ -306,7 +310,7 @@ class CacheStore {
   VersionOf version_of_;
   // The versions of copies kept by an earlier mount and not yet opened (verify_pending): no
   // registry has seen their files yet, and the index a kept cache writes needs them.
-  std::unordered_map<FileId, FileVersion> kept_versions_ GUARDED_BY(mu_);
+  KeptVersions kept_versions_ GUARDED_BY(mu_);
   IdTable<Entry> entries_ GUARDED_BY(mu_);
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight

@@ -34,11 +34,7 @@ void CacheStore::save_index() {
     // Called by for_each within this scope, with mu_ held.
     entries_.for_each([&](FileId id, const Entry& e) NO_THREAD_SAFETY_ANALYSIS {
       if (e.state == State::kReady && !e.doomed) {
-        auto kept = kept_versions_.find(id);
-        ready.push_back(Ready{id, e,
-                              e.verify_pending && kept != kept_versions_.end()
-                                  ? std::optional(kept->second)
-                                  : std::nullopt});
+        ready.push_back(Ready{id, e, e.verify_pending ? kept_versions_.get(id) : std::nullopt});
       }
     });
   }
@@ -121,7 +117,7 @@ void CacheStore::adopt(FileId id, const KeptCopy& copy) {
       used_bytes_ += charge;
       entries_.insert(id, Entry{State::kReady, false, true, 0, copy.size,
                                 version_digest(copy.version), copy.hash, key});
-      kept_versions_[id] = copy.version;
+      kept_versions_.set(id, copy.version);
       policy_->inserted(id);
       return;
     }
