@@ -274,6 +274,7 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   }
   staging.store_ = nullptr;  // committed: the destructor must not abort
   MutexLock lock(mu_);
+  // Only abort() erases an entry being staged, and staging's owns it until then.
   Entry& e = *entries_.find(staging.id_);
   e.state = State::kReady;
   staging_bytes_ -= charge_for(e.size());

@@ -91,6 +91,17 @@ int read_samples(const std::string& path, const std::vector<Sample>& samples,
   return wrong;
 }
 
+// Where the cache holds block `block` of the source file at path; "" if nowhere.
+std::string block_object(Mount& mount, const std::string& path, uint64_t block) {
+  const std::string name = cachestore::CacheDir::object_name(prefetch::block_key(path, block));
+  for (const auto& e : std::filesystem::recursive_directory_iterator(mount.cache_root())) {
+    if (e.path().string().ends_with("/" + name)) {
+      return e.path().string();
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("a range order stages the blocks it names, and every sample reads the source's bytes",
@@ -194,11 +205,7 @@ TEST_CASE("a block copy that fails under a reader is replaced by the source's by
   const std::vector<Sample> samples = {{kBlock + 100, 5000}, {kBlock + 400000, 5000}};
   REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
   wait_for_staging(mount);
-  const std::string name = cachestore::CacheDir::object_name(prefetch::block_key("data.bin", 1));
-  std::string object;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(mount.cache_root())) {
-    object = e.path().string().ends_with("/" + name) ? e.path().string() : object;
-  }
+  const std::string object = block_object(mount, "data.bin", 1);
   REQUIRE(!object.empty());
   cachestore::UniqueFd fd(::open((mount / "data.bin").c_str(), O_RDONLY | O_CLOEXEC));
   REQUIRE(fd.valid());
@@ -245,11 +252,7 @@ TEST_CASE("epochfs verify drops a damaged block copy and the pages read from it"
   const std::vector<Sample> samples = {{kBlock + 4096, 4096}};
   REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
   wait_for_staging(mount);
-  const std::string name = cachestore::CacheDir::object_name(prefetch::block_key("data.bin", 1));
-  std::string object;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(mount.cache_root())) {
-    object = e.path().string().ends_with("/" + name) ? e.path().string() : object;
-  }
+  const std::string object = block_object(mount, "data.bin", 1);
   REQUIRE(!object.empty());
   {
     std::fstream f(object, std::ios::in | std::ios::out | std::ios::binary);

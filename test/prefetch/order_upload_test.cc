@@ -242,20 +242,24 @@ TEST_CASE("a range order names each block a run of samples falls in, thinned pas
 namespace epochfs::prefetch {
 namespace {
 
+// Publishes a manifest as me(); it must be accepted with `rejects` lines refused.
+void publish_manifest(FileRegistry& registry, Planner& planner, const std::string& text,
+                      uint64_t rejects) {
+  OrderUpload manifest(OrderUpload::Kind::kManifest, me(), registry, planner);
+  REQUIRE(manifest.write(0, text).is_ok());
+  const PublishReport& r = manifest.finish();
+  INFO(r.message);
+  REQUIRE(r.ok);
+  CHECK(r.rejects.total == rejects);
+}
+
 TEST_CASE("an index order over a manifest of ranges names their blocks, a run once", "[upload]") {
   FileRegistry registry;
   Planner planner{PlannerOptions{}};
-  {
-    OrderUpload manifest(OrderUpload::Kind::kManifest, me(), registry, planner);
-    // Samples 0 and 1 in block 0, sample 2 in block 1; a bad line keeps its index.
-    const std::string text =
-        "#job j\n#form ranges\n0 100 d.bin\n100 100 d.bin\nbad line\n1048600 100 d.bin\n";
-    REQUIRE(manifest.write(0, text).is_ok());
-    const PublishReport& r = manifest.finish();
-    INFO(r.message);
-    REQUIRE(r.ok);
-    CHECK(r.rejects.total == 1);
-  }
+  // Samples 0 and 1 in block 0, sample 2 in block 1; a bad line keeps its index.
+  publish_manifest(
+      registry, planner,
+      "#job j\n#form ranges\n0 100 d.bin\n100 100 d.bin\nbad line\n1048600 100 d.bin\n", 1);
   OrderUpload order(OrderUpload::Kind::kOrder, me(), registry, planner);
   REQUIRE(order.write(0, "#job j\n#form indices\n0\n1\n3\n1\n2\n").is_ok());
   const PublishReport& r = order.finish();
@@ -280,15 +284,9 @@ namespace {
 TEST_CASE("an index order stages every block a manifest's range crosses", "[upload]") {
   FileRegistry registry;
   Planner planner{PlannerOptions{}};
-  {
-    OrderUpload manifest(OrderUpload::Kind::kManifest, me(), registry, planner);
-    // Line 0: 2 MiB from 10 bytes before block 1, so blocks 0, 1 and 2; line 1 in block 2.
-    const std::string text = "#job j\n#form ranges\n1048566 2097152 d.bin\n2097200 100 d.bin\n";
-    REQUIRE(manifest.write(0, text).is_ok());
-    const PublishReport& r = manifest.finish();
-    INFO(r.message);
-    REQUIRE(r.ok);
-  }
+  // Line 0: 2 MiB from 10 bytes before block 1, so blocks 0, 1 and 2; line 1 in block 2.
+  publish_manifest(registry, planner,
+                   "#job j\n#form ranges\n1048566 2097152 d.bin\n2097200 100 d.bin\n", 0);
   // The manifest registers first blocks only, and holds its span as two entries.
   CHECK(registry.find(block_key("d.bin", 0)));
   CHECK_FALSE(registry.find(block_key("d.bin", 1)));
