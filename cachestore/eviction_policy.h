@@ -5,7 +5,6 @@
 // them traces directly. (RocksDB cache/lru_cache.h: "This class is not thread-safe".)
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -55,6 +54,7 @@ class LruPolicy final : public EvictionPolicy {
 
   size_t size() const override { return size_; }
 
+  // Whether id is in the list (resident, for this policy).
   bool contains(FileId id) const {
     return id < links_.size() && (links_[id].newer != kNone || head_ == id);
   }
@@ -119,11 +119,13 @@ class NextUsePolicy final : public EvictionPolicy {
 
   size_t size() const override { return heap_.size() + never_.size(); }
 
-  // Entries in the heap: one per resident file with a known next use, never more.
+  // Entries in the heap: one per resident file whose next use was known at its last keying
+  // (one whose future has since gone leaves the heap when it reaches the top), never more.
   size_t heap_entries() const { return heap_.size(); }
 
  private:
-  struct Keyed {
+  // Packed: 12 bytes, not 16, for each of millions of copies.
+  struct __attribute__((packed)) Keyed {
     uint64_t key;
     FileId id;
   };

@@ -15,12 +15,19 @@ namespace epochfs::cachestore {
 // nodes cost ~73. It is let go whole once the last kept copy has been opened or dropped.
 class KeptVersions {
  public:
-  void reserve(size_t copies) { by_id_.reserve(copies); }
+  // How many copies are coming: reserved at the first set(), so that nothing is held if
+  // none is.
+  void expect(size_t copies) { expected_ = copies; }
 
+  // version must be valid (a kept copy's).
   void set(FileId id, const FileVersion& version) {
+    if (!version.valid()) {
+      return;
+    }
     if (id >= by_id_.capacity()) {
       // A quarter more at a time, not double: 40 bytes a copy is the cost to keep low.
-      by_id_.reserve(std::max<size_t>(id + 1, by_id_.capacity() + by_id_.capacity() / 4));
+      by_id_.reserve(
+          std::max({size_t{id} + 1, by_id_.capacity() + by_id_.capacity() / 4, expected_}));
     }
     if (id >= by_id_.size()) {
       by_id_.resize(id + 1);
@@ -51,6 +58,7 @@ class KeptVersions {
  private:
   std::vector<FileVersion> by_id_;
   size_t held_ = 0;
+  size_t expected_ = 0;
 };
 
 }  // namespace epochfs::cachestore

@@ -255,4 +255,54 @@ TEST_CASE("hits re-key in place: one heap entry per resident file", "[next_use]"
   CHECK(policy.size() == kFiles - 201);
 }
 
+// Random inserts, hits, removals from anywhere in the heap, futures that draw nearer unsaid
+// (as the trainer moves on) and pinned files: every victim is the evictable file needed
+// farthest, and the policy counts what is resident.
+TEST_CASE("victims stay farthest first under random changes", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  std::mt19937 rng(11);
+  std::set<FileId> resident;
+  uint64_t next_key = 1 << 30;  // keys stay distinct: new ones count down, nearer ones too
+  const auto pick = [&] {
+    auto it = resident.begin();
+    std::advance(it, static_cast<long>(rng() % resident.size()));
+    return *it;
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const unsigned op = rng() % 5;
+    if (op == 0 || resident.size() < 10) {
+      const FileId id = rng() % 2000;
+      if (resident.insert(id).second) {
+        oracle.uses_[id] = next_key--;
+        policy.inserted(id);
+      }
+    } else if (op == 1) {
+      const FileId id = pick();  // a hit: its next use moves on, maybe farther
+      oracle.uses_[id] = (1 << 30) + rng() % (1 << 20) * 4096 + id;
+      policy.accessed(id);
+    } else if (op == 2) {
+      const FileId id = pick();
+      resident.erase(id);
+      policy.removed(id);
+    } else if (op == 3) {
+      oracle.uses_[pick()] = next_key--;  // needed sooner, not told
+    } else {
+      std::set<FileId> pinned;
+      for (int i = 0; i < 3; ++i) {
+        pinned.insert(pick());
+      }
+      std::optional<FileId> want;
+      for (FileId id : resident) {
+        if (pinned.count(id) == 0 && (!want || oracle.uses_[id] > oracle.uses_[*want])) {
+          want = id;
+        }
+      }
+      CHECK(policy.choose_victim([&](FileId id) { return pinned.count(id) == 0; }) == want);
+    }
+    REQUIRE(policy.size() == resident.size());
+    REQUIRE(policy.heap_entries() == resident.size());
+  }
+}
+
 }  // namespace epochfs::cachestore

@@ -203,7 +203,7 @@ void print_memory(size_t files) {
 }
 
 // The longest single call into the next-use policy while `files` resident copies are each hit
-// three times (an epoch's worth of hits fills the heap and remakes it): the CacheStore calls
+// three times (each hit re-keys its file in the heap): the CacheStore calls
 // the policy with its lock held, so this is how long every open of a cached file can wait.
 void print_longest_policy_call(size_t files) {
   struct Scattered : cachestore::NextUseOracle {
