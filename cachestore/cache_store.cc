@@ -12,8 +12,6 @@
 #include <random>
 #include <utility>
 
-#include <xxhash.h>
-
 #include "cachestore/copy.h"
 #include "cachestore/log.h"
 #include "cachestore/root_dir.h"
@@ -116,12 +114,6 @@ bool CacheStore::has_ready(FileId id, const FileVersion& version) const {
   MutexLock lock(mu_);
   const Entry* e = entries_.find(id);
   return e != nullptr && e->state == State::kReady && !e->doomed && e->is_of(version);
-}
-
-uint64_t CacheStore::version_digest(const FileVersion& v) {
-  const int64_t fields[] = {v.mtime_ns, v.ctime_ns, static_cast<int64_t>(v.ino),
-                            static_cast<int64_t>(v.dev)};
-  return XXH3_64bits(fields, sizeof(fields));
 }
 
 CacheStore::~CacheStore() {
@@ -274,12 +266,12 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   }
   staging.store_ = nullptr;  // committed: the destructor must not abort
   MutexLock lock(mu_);
-  // Only abort() erases an entry being staged, and staging's owns it until then.
+  // Only abort() erases an entry being staged, and the Staging owns it until then.
   Entry& e = *entries_.find(staging.id_);
   e.state = State::kReady;
   staging_bytes_ -= charge_for(e.size());
   e.bytes = static_cast<uint64_t>(version.size);
-  e.version = version_digest(version);
+  e.version = version.digest();
   e.hash = hash;
   --counters_.copies_in_flight;
   ++counters_.files_staged;

@@ -204,7 +204,7 @@ class CacheStore {
   // any other method.
   std::vector<KeptCopy> take_kept_copies() {
     MutexLock lock(mu_);
-    kept_versions_.reserve(kept_.size());
+    kept_versions_.expect(kept_.size());
     return std::move(kept_);
   }
 
@@ -240,7 +240,7 @@ class CacheStore {
     bool verify_pending = false;  // kept by an earlier mount: check the hash at first open
     uint32_t pins = 0;
     uint64_t bytes = 0;  // the copy's size (the source's at open while staging); charged
-    // The rest of the copy's source version, as version_digest; 0 while staging. Not the
+    // The copy's source version, as FileVersion::digest; 0 while staging. Not the
     // FileVersion: 40 bytes, which the registry keeps already.
     uint64_t version = 0;
     uint64_t hash = 0;  // of the copy's content
@@ -250,16 +250,13 @@ class CacheStore {
 
     uint64_t size() const { return bytes; }
 
+    // The size too, though the digest covers it: a copy of another size is never served.
     bool is_of(const FileVersion& v) const {
-      return v.valid() && static_cast<uint64_t>(v.size) == bytes && version == version_digest(v);
+      return v.valid() && static_cast<uint64_t>(v.size) == bytes && version == v.digest();
     }
   };
 
   static_assert(sizeof(Entry) == 48);
-
-  // A version but its size, in 64 bits: two versions that differ pass for one another once in
-  // 2^64 (XXH3's collision odds), far below a disk's undetected error rate.
-  static uint64_t version_digest(const FileVersion& v);
 
   // A file to unlink once the lock is released, then uncharge.
   struct Removal {

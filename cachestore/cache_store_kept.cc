@@ -115,8 +115,8 @@ void CacheStore::adopt(FileId id, const KeptCopy& copy) {
     MutexLock lock(mu_);
     if (!entries_.contains(id) && used_bytes_ + charge <= options_.capacity_bytes) {
       used_bytes_ += charge;
-      entries_.insert(id, Entry{State::kReady, false, true, 0, copy.size,
-                                version_digest(copy.version), copy.hash, key});
+      entries_.insert(id, Entry{State::kReady, false, true, 0, copy.size, copy.version.digest(),
+                                copy.hash, key});
       kept_versions_.set(id, copy.version);
       policy_->inserted(id);
       return;

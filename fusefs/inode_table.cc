@@ -10,7 +10,7 @@ using cachestore::MutexLock;
 
 InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names)
     : names_(names), root_key_{root_st.st_dev, root_st.st_ino} {
-  static_assert(sizeof(Inode) == 56);
+  static_assert(sizeof(Inode) == 40);
   const FileId root = names_.id_of("");
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
@@ -18,7 +18,7 @@ InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names
   if (id != kRootInodeId) {
     abort();  // the first slot of a new table is 1, generation 0: FUSE's root id
   }
-  slot(1).seen = Stamp{};
+  slot(1).seen = kNoVersion;
 }
 
 InodeId InodeTable::add_reference(const struct stat& st, const std::string& path,
@@ -73,7 +73,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
     // directory inode and moves its entry to the new name, so the old name cannot lead here.
     add_one(inode);
     inode.path = path;
-    inode.seen = stamp_of(found.version);
+    inode.seen = found.version.digest();
     return id;
   }
   // A file that changed since the node saw it gets a new node: the kernel starts a new inode,
@@ -92,7 +92,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
   }
   add_one(inode);
   inode.path = path;
-  inode.seen = stamp_of(found.version);
+  inode.seen = found.version.digest();
   return id;
 }
 
@@ -101,7 +101,7 @@ InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
   const uint32_t n = free_slot_locked();
   free_.pop_back();
   Inode& inode = slot(n);
-  inode = Inode{found.key, path, 1, stamp_of(found.version), found.type, false, inode.generation};
+  inode = Inode{found.key, path, 1, found.version.digest(), found.type, false, inode.generation};
   ++chunks_[n / kChunkSlots].live;
   // An older node of the key lives on until the kernel forgets it, but lookups find this one.
   const uint64_t hash = hash_of(found.key);

@@ -24,12 +24,12 @@
 // string, about 76 less for each of a million inodes the kernel may hold.
 //
 // Memory, because the kernel may hold a node for every file of an epoch (ImageNet: 1.28 M):
-// nodes are 56-byte slots in chunks of 1,024, found by id without a map (an id is its slot's
-// number and the slot's generation), and by (st_dev, st_ino) through an IdIndex of slot
-// numbers (cachestore/id_index.h): about 75 bytes a held node in all, where two node-based
-// maps took about 140. A slot freed by forget serves again under its next generation, so no
-// id is handed out twice: others key state by node id (no-open's leases, control files'
-// snapshots) and must never find an old file's under a new file's id.
+// nodes are 40-byte slots (the version a node saw kept as its digest) in chunks of 1,024,
+// found by id without a map (an id is its slot's number and the slot's generation), and by
+// (st_dev, st_ino) through an IdIndex of slot numbers (cachestore/id_index.h): about 57 bytes
+// a held node in all, where two node-based maps took about 140. A slot freed by forget serves again
+// under its next generation, so no id is handed out twice: others key state by node id (no-open's
+// leases, control files' snapshots) and must never find an old file's under a new file's id.
 //
 // Thread-safety: all methods lock mu_ for memory work only, and call the registry (a leaf
 // lock) with mu_ released.
@@ -120,15 +120,11 @@ class InodeTable {
     return x ^ (x >> 31);
   }
 
-  // The part of a version that is not the key: with the key, a whole version.
-  struct Stamp {
-    int64_t size = -1;
-    int64_t mtime_ns = 0;
-    int64_t ctime_ns = 0;
-    bool operator==(const Stamp&) const = default;
-  };
+  // A version as FileVersion::digest; kNoVersion: none, or another file's (see()).
+  using Stamp = uint64_t;
+  static constexpr Stamp kNoVersion = 0;
 
-  // 56 bytes: a million of them is what the kernel may hold after one epoch of ImageNet.
+  // 40 bytes: a million of them is what the kernel may hold after one epoch of ImageNet.
   struct Inode {
     Key key;
     FileId path;  // in names_
@@ -137,18 +133,18 @@ class InodeTable {
     uint32_t nlookup = 0;
     // At the latest lookup or open, with the key. A file's node keeps one version (a changed
     // file gets a new node), so the version at its latest open is `seen` once `opened`.
-    Stamp seen;
+    Stamp seen = kNoVersion;
     uint16_t type = 0;  // st_mode & S_IFMT
     bool opened = false;
     uint32_t generation = 0;  // the slot's: the high half of its node's id
 
     // Whether v is the version this node last saw.
-    bool saw(const FileVersion& v) const { return holds(v) && seen == stamp_of(v); }
+    bool saw(const FileVersion& v) const { return holds(v) && seen == v.digest(); }
 
     // Records v as seen. Another file than the node's (an open that found the name replaced
-    // since its lookup) is recorded as a stamp no version has, so that no later lookup or open
-    // takes the node, or the pages the kernel read for it, as that of an unchanged file.
-    void see(const FileVersion& v) { seen = holds(v) ? stamp_of(v) : kAnotherFile; }
+    // since its lookup) is recorded as no version, so that no later lookup or open takes the
+    // node, or the pages the kernel read for it, as that of an unchanged file.
+    void see(const FileVersion& v) { seen = holds(v) ? v.digest() : kNoVersion; }
 
     bool holds(const FileVersion& v) const { return key == Key{static_cast<dev_t>(v.dev), v.ino}; }
   };
@@ -164,10 +160,6 @@ class InodeTable {
     uint32_t live = 0;
     uint32_t next_generation = 0;  // for the slots of a chunk made again
   };
-
-  static Stamp stamp_of(const FileVersion& v) { return Stamp{v.size, v.mtime_ns, v.ctime_ns}; }
-
-  static constexpr Stamp kAnotherFile{-2, 0, 0};
 
   static void add_one(Inode& inode) {
     if (inode.nlookup != UINT32_MAX) {
