@@ -55,6 +55,9 @@ class KeptVersions {
 
   size_t size() const { return held_; }
 
+  // Bytes reserved for versions: 0 when none is held. For tests.
+  size_t bytes() const { return by_id_.capacity() * sizeof(FileVersion); }
+
  private:
   std::vector<FileVersion> by_id_;
   size_t held_ = 0;

@@ -26,10 +26,11 @@
 // Memory, because the kernel may hold a node for every file of an epoch (ImageNet: 1.28 M):
 // nodes are 40-byte slots (the version a node saw kept as its digest) in chunks of 1,024,
 // found by id without a map (an id is its slot's number and the slot's generation), and by
-// (st_dev, st_ino) through an IdIndex of slot numbers (cachestore/id_index.h): about 57 bytes
-// a held node in all, where two node-based maps took about 140. A slot freed by forget serves again
-// under its next generation, so no id is handed out twice: others key state by node id (no-open's
-// leases, control files' snapshots) and must never find an old file's under a new file's id.
+// (st_dev, st_ino) through an IdIndex of slot numbers (cachestore/id_index.h): about 57
+// bytes a held node in all, where two node-based maps took about 140. A slot freed by forget
+// serves again under its next generation, so no id is handed out twice: others key state by
+// node id (no-open's leases, control files' snapshots) and must never find an old file's
+// under a new file's id.
 //
 // Thread-safety: all methods lock mu_ for memory work only, and call the registry (a leaf
 // lock) with mu_ released.

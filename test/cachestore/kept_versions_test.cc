@@ -8,14 +8,19 @@ namespace epochfs::cachestore {
 
 TEST_CASE("kept versions are held by id until let go", "[kept_versions]") {
   KeptVersions kept;
+  kept.expect(1000);
+  CHECK(kept.bytes() == 0);  // nothing reserved until a copy is adopted
   FileVersion v;
   v.size = 2048;
+  kept.set(2000, FileVersion{});  // no version: nothing held
+  CHECK(kept.size() == 0);
   for (FileId id = 0; id < 1000; ++id) {
     v.ino = id;
     kept.set(id, v);
   }
   kept.set(5, v);  // set again: still one
   CHECK(kept.size() == 1000);
+  CHECK(kept.bytes() == 1000 * sizeof(FileVersion));  // reserved once, as expected
   REQUIRE(kept.get(7));
   CHECK(kept.get(7)->ino == 7);
   CHECK_FALSE(kept.get(1000));
@@ -29,6 +34,7 @@ TEST_CASE("kept versions are held by id until let go", "[kept_versions]") {
     kept.erase(id);
   }
   CHECK(kept.size() == 0);
+  CHECK(kept.bytes() == 0);  // let go whole
   CHECK_FALSE(kept.get(3));
   kept.set(3, v);  // usable again after being let go
   CHECK(kept.get(3));
