@@ -1,5 +1,7 @@
 #include "prefetch/block_copies.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <iterator>
 #include <utility>
@@ -17,23 +19,42 @@ BlockCopies::~BlockCopies() {
 }
 
 std::shared_ptr<const BlockCopies::Copy> BlockCopies::find(cachestore::FileId id,
-                                                           const cachestore::FileVersion& version) {
+                                                           const cachestore::FileVersion& version,
+                                                           int64_t now_ns) {
   Lru dropped;  // let go of (and unpinned) once the lock is released: declared before it
-  cachestore::MutexLock lock(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) {
-    return nullptr;
+  std::shared_ptr<const Copy> found;
+  bool due = false;
+  {
+    cachestore::MutexLock lock(mu_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) {
+      return nullptr;
+    }
+    if (!(it->second->copy->version == version)) {
+      dropped.splice(dropped.begin(), lru_, it->second);  // the source changed: stale
+      by_id_.erase(it);
+      return nullptr;
+    }
+    lru_.splice(lru_.begin(), lru_, it->second);
+    Held& held = lru_.front();
+    due = now_ns - held.read_ahead_ns >= kReadAheadNs;
+    if (due) {
+      held.read_ahead_ns = now_ns;
+    }
+    found = held.copy;
   }
-  if (!((*it->second)->version == version)) {
-    dropped.splice(dropped.begin(), lru_, it->second);  // the source changed: stale
-    by_id_.erase(it);
-    return nullptr;
+  if (due) {
+    read_ahead(*found);
   }
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return lru_.front();
+  return found;
 }
 
-std::shared_ptr<const BlockCopies::Copy> BlockCopies::hold(Copy copy) {
+void BlockCopies::read_ahead(const Copy& copy) {
+  ::posix_fadvise(copy.fd.get(), 0, 0, POSIX_FADV_WILLNEED);  // asynchronous; advice only
+  read_aheads_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::shared_ptr<const BlockCopies::Copy> BlockCopies::hold(Copy copy, int64_t now_ns) {
   const cachestore::FileId id = copy.id;
   // The last owner unpins: the set, or a reader still reading when the set let go.
   auto held =
@@ -41,16 +62,17 @@ std::shared_ptr<const BlockCopies::Copy> BlockCopies::hold(Copy copy) {
         unpin(c->id);
         delete c;
       });
+  read_ahead(*held);
   Lru dropped;
   cachestore::MutexLock lock(mu_);
   if (auto it = by_id_.find(id); it != by_id_.end()) {
     dropped.splice(dropped.begin(), lru_, it->second);  // two readers opened it: keep the newer
     by_id_.erase(it);
   }
-  lru_.push_front(held);
+  lru_.push_front(Held{held, now_ns});
   by_id_[id] = lru_.begin();
   while (lru_.size() > held_) {
-    by_id_.erase(lru_.back()->id);
+    by_id_.erase(lru_.back().copy->id);
     dropped.splice(dropped.begin(), lru_, std::prev(lru_.end()));
   }
   return held;

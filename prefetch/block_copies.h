@@ -9,10 +9,18 @@
 // unpinned when it has left the set and its last reader is done with it, never under mu_: it
 // takes the cache store's lock.
 //
+// The kernel asks for a file read by blocks a READ at a time: 128 KiB around each page fault
+// of a memory map, smaller for read(). A block's copy is read ahead whole when it is held and
+// again when it is found a while later (kReadAheadNs: its pages may have been reclaimed since):
+// a disk answers one 1 MiB read far sooner than eight 128 KiB ones (benchmarks.md, "Single-file
+// datasets"), and an epoch's samples cover the block anyway.
+//
 // Thread-safety: all methods may be called concurrently (one leaf mutex).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
@@ -28,6 +36,7 @@ namespace epochfs::prefetch {
 class BlockCopies {
  public:
   static constexpr size_t kMaxHeld = 256;
+  static constexpr int64_t kReadAheadNs = 1'000'000'000;
 
   struct Copy {
     cachestore::FileId id = 0;
@@ -42,22 +51,35 @@ class BlockCopies {
   BlockCopies(const BlockCopies&) = delete;
   BlockCopies& operator=(const BlockCopies&) = delete;
 
-  // id's open copy of version, if held; a copy of another version is let go.
-  std::shared_ptr<const Copy> find(cachestore::FileId id, const cachestore::FileVersion& version)
-      EXCLUDES(mu_);
+  // id's open copy of version, if held; a copy of another version is let go. now_ns: the
+  // caller's clock (tests move it), for when to read the copy ahead again.
+  std::shared_ptr<const Copy> find(cachestore::FileId id, const cachestore::FileVersion& version,
+                                   int64_t now_ns) EXCLUDES(mu_);
   // Keeps copy (pinned by its opener) open for the reads to come; returns it.
-  std::shared_ptr<const Copy> hold(Copy copy) EXCLUDES(mu_);
+  std::shared_ptr<const Copy> hold(Copy copy, int64_t now_ns) EXCLUDES(mu_);
   // Lets go of id's copy (dropped as damaged, say).
   void forget(cachestore::FileId id) EXCLUDES(mu_);
 
+  // How many times a copy was read ahead (for tests).
+  uint64_t read_aheads() const { return read_aheads_.load(std::memory_order_relaxed); }
+
  private:
-  using Lru = std::list<std::shared_ptr<const Copy>>;  // most recently read first
+  struct Held {
+    std::shared_ptr<const Copy> copy;
+    int64_t read_ahead_ns;  // when it was last read ahead
+  };
+
+  using Lru = std::list<Held>;  // most recently read first
+
+  // Starts reading copy's whole block into the page cache.
+  void read_ahead(const Copy& copy);
 
   const size_t held_;
   const std::function<void(cachestore::FileId)> unpin_;
   cachestore::Mutex mu_;
   Lru lru_ GUARDED_BY(mu_);
   std::unordered_map<cachestore::FileId, Lru::iterator> by_id_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> read_aheads_{0};
 };
 
 }  // namespace epochfs::prefetch

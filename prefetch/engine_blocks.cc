@@ -140,13 +140,14 @@ void Engine::block_slice_done(const BlockSlice& slice, bool sent) {
 }
 
 std::shared_ptr<const BlockCopies::Copy> Engine::held_copy(FileId id, const FileVersion& version) {
-  auto copy = block_copies_->find(id, version);
+  const int64_t now = cachestore::now_ns();
+  auto copy = block_copies_->find(id, version, now);
   if (!copy) {
     auto fd = cache_->open_copy(id, version);
     if (!fd) {
       return nullptr;
     }
-    copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)});
+    copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)}, now);
   }
   return copy;
 }
