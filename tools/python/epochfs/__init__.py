@@ -175,11 +175,12 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
     """
     root = _root(mount)
     names = _header(job=job, manifest=manifest, stream=stream)
+    order = _control.plain_items(order)
     items = iter(order)
     first = next(items, _NOTHING)
     items = itertools.chain([] if first is _NOTHING else [first], items)
     if _control.is_index(first):
-        form, lines = "indices", (_control.index_line(i) for i in items)
+        form, lines = "indices", _control.index_lines(items)
     else:
         form, lines = "paths", (_control.relative(root, p) for p in items)
     lines, count = _control.counted(lines, order)

@@ -139,6 +139,22 @@ def index_line(item):
     return str(operator.index(item))
 
 
+def index_lines(items):
+    """The lines of an order of indices. A plain int is written at once: the check against
+    numbers.Integral costs a few microseconds an item, a second per million."""
+    for item in items:
+        yield str(item) if type(item) is int else index_line(item)
+
+
+def plain_items(order):
+    """order itself, or a numpy array of integers as a list of ints (its items would each
+    take the slow check)."""
+    if getattr(getattr(order, "dtype", None), "kind", None) in ("i", "u") and \
+            getattr(order, "ndim", None) == 1:
+        return order.tolist()
+    return order
+
+
 def counted(lines, source):
     """(lines, count): the count from len(source), else by spooling the lines to a file."""
     try:
