@@ -101,6 +101,12 @@ bool CacheStore::contains(FileId id) const {
   return entries_.contains(id);
 }
 
+std::optional<uint64_t> CacheStore::entry_bytes(FileId id) const {
+  MutexLock lock(mu_);
+  const Entry* e = entries_.find(id);
+  return e == nullptr ? std::nullopt : std::optional<uint64_t>(e->size());
+}
+
 std::vector<bool> CacheStore::contains_each(const std::vector<FileId>& ids) const {
   std::vector<bool> found(ids.size());
   MutexLock lock(mu_);
@@ -380,6 +386,29 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   }
   unpin(id);
   return std::nullopt;
+}
+
+void CacheStore::read_ahead(FileId id) {
+  std::string name;
+  {
+    MutexLock lock(mu_);
+    const Entry* e = entries_.find(id);
+    if (e == nullptr || e->state != State::kReady || e->doomed) {
+      return;
+    }
+    name = CacheDir::object_name(e->key);
+  }
+  if (disk_hung()) {
+    return;
+  }
+  // Unpinned: if the copy is evicted meanwhile, the open fails or reads pages no one will ask
+  // for; either costs nothing but the read.
+  const DiskWatch::Op op = watch_.begin();
+  UniqueFd fd = open_object(name);
+  if (fd.valid() && ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED) == 0) {
+    MutexLock lock(mu_);
+    ++counters_.read_ahead;
+  }
 }
 
 void CacheStore::unpin(FileId id) {

@@ -89,6 +89,7 @@ struct CacheStats {
   uint64_t bypassed = 0;            // staging refused: needed later than anything cached
   uint64_t skipped_suspended = 0;   // staging refused: suspended after a cache-disk fault
   uint64_t hung_disk_bypasses = 0;  // opens of ready copies served from the source: disk hung
+  uint64_t read_ahead = 0;          // ready copies whose pages were asked for ahead of a reader
   uint64_t errors_no_space = 0;     // ENOSPC, EDQUOT
   uint64_t errors_io = 0;           // EIO, EROFS and any other cache-disk error
   // The verify under way (or the last one): copies done with (checked, or gone meanwhile) of
@@ -167,6 +168,8 @@ class CacheStore {
   // Whether id has an entry (being staged, ready or being removed); for many ids, under one
   // hold of the lock.
   bool contains(FileId id) const;
+  // The size of id's copy, if it has an entry (as contains).
+  std::optional<uint64_t> entry_bytes(FileId id) const;
   std::vector<bool> contains_each(const std::vector<FileId>& ids) const;
   // Whether id has a ready copy of exactly `version`.
   bool has_ready(FileId id, const FileVersion& version) const;
@@ -175,6 +178,9 @@ class CacheStore {
   // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
   std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
   void unpin(FileId id);
+  // Starts reading id's ready copy into the page cache, for a reader to come: advice, not an
+  // access (the eviction policy is not told), and nothing if the disk is hung.
+  void read_ahead(FileId id);
 
   // Whether an open of id should skip the cache because a call on the cache disk has been
   // stuck for stuck_io_s (see DiskWatch): the reader then reads the source. Counts the opens

@@ -142,6 +142,7 @@ void cache_fields(std::ostringstream& out, const prefetch::EngineStats& s) {
   o.field("bypassed", c.bypassed);
   o.field("skipped_suspended", c.skipped_suspended);
   o.field("hung_disk_bypasses", c.hung_disk_bypasses);
+  o.field("read_ahead", c.read_ahead);
   o.field("errors_no_space", c.errors_no_space);
   o.field("errors_io", c.errors_io);
   o.field("verify_checked", c.verify_checked);

@@ -49,6 +49,7 @@
 #include "prefetch/flights.h"
 #include "prefetch/fresh_attrs.h"
 #include "prefetch/grace.h"
+#include "prefetch/id_batches.h"
 #include "prefetch/latency_histogram.h"
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
@@ -56,7 +57,6 @@
 #include "prefetch/rights_checked.h"
 #include "prefetch/source_guard.h"
 #include "prefetch/stager.h"
-#include "prefetch/stat_batches.h"
 #include "prefetch/user_rate.h"
 
 namespace epochfs::prefetch {
@@ -147,6 +147,14 @@ struct EngineStats {
 
 class Engine final : public PrefetchSink {
  public:
+  // A cached copy at least this large that a stream's window passes is read into the page
+  // cache ahead of its reader: a block of a file read by blocks (prefetch/blocks.h) is read
+  // at random, a READ of 128 KiB at most per page fault, each a disk read of its own if the
+  // copy's pages are cold. A smaller file is read whole once opened (one disk read), and
+  // asking ahead for it only costs the daemon CPU a warm epoch lacks (benchmarks.md, "A real
+  // DataLoader").
+  static constexpr uint64_t kReadAheadMinBytes = 256 << 10;
+
   // source must outlive the engine. cache may be null: then every read goes to the source.
   Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
          EngineOptions options);
@@ -302,14 +310,23 @@ class Engine final : public PrefetchSink {
   bool stage_block_in_background(const OpenFile& file, FileId id, const std::string& key,
                                  uint64_t block);
   // An entry of stream's order names id, cached already: checked on the stager with its
-  // publisher's rights, unless they were confirmed before (prefetch/rights_checked.h).
-  void check_cached_entry(FileId id, size_t stream);
+  // publisher's rights, unless they were confirmed before (prefetch/rights_checked.h); with
+  // read_ahead, its copy's pages are asked for once they are (kReadAheadMinBytes), never for
+  // a publisher who may not read the file.
+  void check_cached_entry(FileId id, size_t stream, bool read_ahead);
   // Whether reader may read rel_path (id); if not, stream's entry is rejected as a missing
   // file's is, so that its counters cannot tell the two apart.
   bool may_stage_for(FileId id, size_t stream, const Credentials& reader,
                      const std::string& rel_path);
   // Stats cached file id on the stager, so that its lookup finds the attributes fresh.
   void stat_ahead(FileId id);
+  // Queues id on queue, and starts a stager job at priority that calls drain if the queue asks
+  // for one (prefetch/id_batches.h).
+  void queue_for_job(IdBatches& queue, FileId id, Stager::Priority priority,
+                     void (Engine::*drain)());
+  // A stager job: asks for the queued copies' pages (CacheStore::read_ahead), a batch at a
+  // time, until none is left.
+  void drain_reads_ahead();
   // A stager job: stats the queued files, a batch at a time, until none is left.
   void drain_stats_ahead();
   // True if id's attributes, read less than half the timeout ago, will still be fresh at its
@@ -362,7 +379,8 @@ class Engine final : public PrefetchSink {
   FileRegistry registry_;
   FreshAttrs fresh_;
   RightsChecked rights_checked_;
-  StatBatches stats_ahead_queue_{16};
+  IdBatches stats_ahead_queue_{16};
+  IdBatches reads_ahead_queue_{16};
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;

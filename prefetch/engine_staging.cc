@@ -47,9 +47,9 @@ bool Engine::prefetch(FileId id, size_t stream) {
   if (!stager_) {
     return false;
   }
-  if (cache_->contains(id)) {
+  if (const auto bytes = cache_->entry_bytes(id)) {
     stat_ahead(id);  // a block's key names no file: its stat finds none, and is dropped
-    check_cached_entry(id, stream);
+    check_cached_entry(id, stream, *bytes >= kReadAheadMinBytes);
     return false;
   }
   std::string path = registry_.path_of(id);
@@ -90,18 +90,36 @@ bool Engine::fresh_for_open(FileId id) {
 }
 
 void Engine::stat_ahead(FileId id) {
-  if (fresh_for_open(id) || !stats_ahead_queue_.push(id)) {
-    return;
+  if (!fresh_for_open(id)) {
+    // Demand priority: a stat is short, and it is needed within the attribute timeout.
+    queue_for_job(stats_ahead_queue_, id, Stager::Priority::kDemand, &Engine::drain_stats_ahead);
   }
-  // Demand priority: a stat is short, and it is needed within the attribute timeout.
+}
+
+void Engine::queue_for_job(IdBatches& queue, FileId id, Stager::Priority priority,
+                           void (Engine::*drain)()) {
+  if (!queue.push(id)) {
+    return;  // a job running takes it
+  }
   bool started = false;
   try {
-    started = stager_->try_submit([this] { drain_stats_ahead(); }, Stager::Priority::kDemand);
+    started = stager_->try_submit([this, drain] { (this->*drain)(); }, priority);
   } catch (const std::bad_alloc&) {
     started = false;
   }
   if (!started) {
-    stats_ahead_queue_.not_started();
+    queue.not_started();
+  }
+}
+
+void Engine::drain_reads_ahead() {
+  for (auto batch = reads_ahead_queue_.take(); !batch.empty(); batch = reads_ahead_queue_.take()) {
+    for (const FileId id : batch) {
+      if (stager_->stopping()) {
+        return;
+      }
+      cache_->read_ahead(id);
+    }
   }
 }
 
@@ -164,14 +182,24 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   copy_finished(end - start, size);
 }
 
-void Engine::check_cached_entry(FileId id, size_t stream) {
+void Engine::check_cached_entry(FileId id, size_t stream, bool read_ahead) {
   auto reader = planner_->reader_of(stream);
-  if (!reader || reader->uid == 0 || rights_checked_.confirmed(id, reader->fingerprint())) {
+  if (!reader) {
     return;
   }
-  auto job = [this, id, stream, reader = std::move(reader), path = registry_.path_of(id)] {
+  if (reader->uid == 0 || rights_checked_.confirmed(id, reader->fingerprint())) {
+    if (read_ahead) {
+      queue_for_job(reads_ahead_queue_, id, Stager::Priority::kPrefetch,
+                    &Engine::drain_reads_ahead);
+    }
+    return;
+  }
+  auto job = [this, id, stream, read_ahead, reader = std::move(reader),
+              path = registry_.path_of(id)] {
     const auto block = parse_block_key(path);
-    may_stage_for(id, stream, *reader, block ? std::string(block->path) : path);
+    if (may_stage_for(id, stream, *reader, block ? std::string(block->path) : path) && read_ahead) {
+      cache_->read_ahead(id);
+    }
   };
   try {
     // Not checked now if the queue is full: the next epoch's entry asks again.

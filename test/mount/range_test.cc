@@ -2,6 +2,7 @@
 // random offsets, staged by blocks in the order its samples are read, and every read answered
 // with the source's bytes whether its blocks are cached, in flight or not.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,15 +92,41 @@ int read_samples(const std::string& path, const std::vector<Sample>& samples,
   return wrong;
 }
 
-// Where the cache holds block `block` of the source file at path; "" if nowhere.
-std::string block_object(Mount& mount, const std::string& path, uint64_t block) {
-  const std::string name = cachestore::CacheDir::object_name(prefetch::block_key(path, block));
+// Where the cache holds the copy of key (a source path, or a block's key); "" if nowhere.
+std::string object_of(Mount& mount, const std::string& key) {
+  const std::string name = cachestore::CacheDir::object_name(key);
   for (const auto& e : std::filesystem::recursive_directory_iterator(mount.cache_root())) {
     if (e.path().string().ends_with("/" + name)) {
       return e.path().string();
     }
   }
   return "";
+}
+
+// Where the cache holds block `block` of the source file at path; "" if nowhere.
+std::string block_object(Mount& mount, const std::string& path, uint64_t block) {
+  return object_of(mount, prefetch::block_key(path, block));
+}
+
+// Drops the pages of the file at path from the page cache (written back first: dirty pages
+// would stay).
+void drop_pages(const std::string& path) {
+  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(::fdatasync(fd.get()) == 0);
+  REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
+}
+
+// Pages of the file at path in the page cache now.
+size_t resident_pages(const std::string& path) {
+  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const auto size = static_cast<size_t>(::lseek(fd.get(), 0, SEEK_END));
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  REQUIRE(map != MAP_FAILED);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((size + page - 1) / page);
+  REQUIRE(::mincore(map, size, in.data()) == 0);
+  ::munmap(map, size);
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](auto c) { return c & 1; }));
 }
 
 }  // namespace
@@ -125,6 +152,65 @@ TEST_CASE("a range order stages the blocks it names, and every sample reads the 
   CHECK(stat_of(mount, "block_hits") > 0);
   // Whole, through plain reads too.
   CHECK(read_file(mount / "data.bin") == bytes);
+}
+
+TEST_CASE("cached blocks an order will read are read into the page cache ahead of the reader",
+          "[mount][ranges]") {
+  TempDir dir;
+  constexpr uint64_t kSize = 6 * kBlock + 12345;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 21);
+  constexpr int kFiles = 20;
+  write_files(dir / "src/small", kFiles, 10000);
+  Mount mount(dir / "src", dir / "mnt", {"--lookahead", "50"});
+  const auto samples = random_samples(kSize, 120, 20000, 22);
+  auto files_order = [&](int epoch) {
+    std::string text = "#form paths\n#stream files\n#epoch " + std::to_string(epoch) + "\n";
+    for (int i = 0; i < kFiles; ++i) {
+      text += "small/f" + std::to_string(i) + "\n";
+    }
+    return text;
+  };
+  REQUIRE(publish(mount, files_order(0)) == 0);
+  REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 0\n")) == 0);
+  wait_for_staging(mount);
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  std::vector<std::string> blocks, files;
+  for (int i = 0; i < kFiles; ++i) {
+    CHECK(read_file(mount / ("small/f" + std::to_string(i))));
+    files.push_back(object_of(mount, "small/f" + std::to_string(i)));
+  }
+  for (uint64_t b = 0; b < 6; ++b) {
+    blocks.push_back(block_object(mount, "data.bin", b));
+  }
+  // Every copy's pages dropped: only a read ahead brings them back.
+  for (const auto& object : blocks) {
+    REQUIRE(!object.empty());
+    drop_pages(object);
+    REQUIRE(resident_pages(object) == 0);
+  }
+  for (const auto& object : files) {
+    REQUIRE(!object.empty());
+    drop_pages(object);
+  }
+  const double before = stat_of(mount, "cache.read_ahead");
+  REQUIRE(publish(mount, files_order(1)) == 0);
+  REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 1\n")) == 0);
+  CHECK(wait_for_stat(mount, "cache.read_ahead", before + 1) > before);
+  auto resident_in = [](const std::vector<std::string>& objects) {
+    size_t pages = 0;
+    for (const auto& object : objects) {
+      pages += resident_pages(object);
+    }
+    return pages;
+  };
+  for (int i = 0; i < 100 && resident_in(blocks) == 0; ++i) {  // the disk answers when it does
+    ::usleep(50'000);
+  }
+  CHECK(resident_in(blocks) > 0);
+  // Small whole files are read whole at their open: never asked for ahead.
+  CHECK(resident_in(files) == 0);
+  // A block is asked for once per entry the window passes: within the two epochs' entries.
+  CHECK(stat_of(mount, "cache.read_ahead") <= 2.0 * static_cast<double>(samples.size()));
 }
 
 TEST_CASE("orders of indices into a manifest of ranges stage their samples' blocks",

@@ -407,6 +407,35 @@ TEST_CASE("an order is staged only with its publisher's rights", "[mount][tenant
   CHECK(stat_of(mount, "prefetch.streams.probe2.rejected_entries") == 2);
 }
 
+TEST_CASE("a cached block is read ahead only for a publisher who may read its file",
+          "[mount][tenant][ranges]") {
+  Node node(1);
+  const std::string priv = node.dir / "src/private";
+  fs::create_directory(priv);
+  std::ofstream(priv + "/data.bin", std::ios::binary) << std::string(2 << 20, 'v');
+  REQUIRE(::chown(priv.c_str(), kVictim, kVictim) == 0);
+  REQUIRE(::chown((priv + "/data.bin").c_str(), kVictim, kVictim) == 0);
+  fs::permissions(priv, fs::perms::owner_all);
+  Mount mount(node.dir / "src", node.dir / "mnt", {"--allow-other"});
+  const std::string ranges =
+      "#form ranges\n0 4096 private/data.bin\n1048576 4096 private/data.bin\n";
+  Held victim(kVictim, [&] { return write_order(mount, "#stream mine\n" + ranges); });
+  REQUIRE(victim.result() == 0);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 2);
+  const double before = stat_of(mount, "cache.read_ahead");
+  // The attacker's order names the victim's cached blocks: refused as missing, not read ahead.
+  Held attack(kAttacker, [&] { return write_order(mount, "#stream probe\n" + ranges); });
+  REQUIRE(attack.result() == 0);
+  CHECK(wait_for_stat(mount, "prefetch.streams.probe.rejected_entries", 2) == 2);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.read_ahead") == before);
+  // The victim's next epoch of the same blocks is.
+  Held again(kVictim, [&] { return write_order(mount, "#stream mine\n#epoch 1\n" + ranges); });
+  REQUIRE(again.result() == 0);
+  CHECK(wait_for_stat(mount, "cache.read_ahead", before + 2) >= before + 2);
+}
+
 TEST_CASE("a right confirmed for a user in one group is not one for them in another",
           "[mount][tenant][rights]") {
   // The same user with and without the one group that may read a file (newgrp, sg): the

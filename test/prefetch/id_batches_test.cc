@@ -1,15 +1,15 @@
-// StatBatches: a job is asked for only when none runs or the queue outgrows the running jobs'
+// IdBatches: a job is asked for only when none runs or the queue outgrows the running jobs'
 // batches; jobs take at most a batch at a time and end when the queue is empty; a job that
 // could not be started is asked for again by the next push.
-#include "prefetch/stat_batches.h"
+#include "prefetch/id_batches.h"
 
 #include <catch2/catch.hpp>
 
 namespace epochfs::prefetch {
 namespace {
 
-TEST_CASE("one job takes a whole run of pushes, a batch at a time", "[stat_batches]") {
-  StatBatches q(4);
+TEST_CASE("one job takes a whole run of pushes, a batch at a time", "[id_batches]") {
+  IdBatches q(4);
   CHECK(q.push(1));  // no job runs: start one
   for (cachestore::FileId id = 2; id <= 4; ++id) {
     CHECK_FALSE(q.push(id));  // the running job will take them
@@ -21,8 +21,8 @@ TEST_CASE("one job takes a whole run of pushes, a batch at a time", "[stat_batch
   CHECK(q.push(6));         // so the next push starts another
 }
 
-TEST_CASE("a queue longer than the running jobs' batches asks for another job", "[stat_batches]") {
-  StatBatches q(2);
+TEST_CASE("a queue longer than the running jobs' batches asks for another job", "[id_batches]") {
+  IdBatches q(2);
   CHECK(q.push(1));
   CHECK_FALSE(q.push(2));
   CHECK(q.push(3));  // 3 queued > 1 job x 2
@@ -31,8 +31,8 @@ TEST_CASE("a queue longer than the running jobs' batches asks for another job", 
   CHECK(q.queued() == 5);
 }
 
-TEST_CASE("a job that could not be started is asked for by the next push", "[stat_batches]") {
-  StatBatches q(8);
+TEST_CASE("a job that could not be started is asked for by the next push", "[id_batches]") {
+  IdBatches q(8);
   REQUIRE(q.push(1));
   q.not_started();  // the stager was full
   CHECK(q.push(2));

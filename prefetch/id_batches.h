@@ -1,5 +1,5 @@
-// StatBatches: the cached files whose attributes are read ahead of their opens (stat_ahead),
-// queued for as few stager jobs as keep up with them.
+// IdBatches: files to work on ahead of their opens (their attributes read, their copies' pages
+// asked for), queued for as few stager jobs as keep up with them.
 //
 // One job per file woke a stager thread per file (four futex calls and a context switch each,
 // more than the stat itself on a local or cached source; batches took the daemon's syscalls
@@ -19,9 +19,9 @@
 
 namespace epochfs::prefetch {
 
-class StatBatches {
+class IdBatches {
  public:
-  explicit StatBatches(size_t batch) : batch_(batch == 0 ? 1 : batch) {}
+  explicit IdBatches(size_t batch) : batch_(batch == 0 ? 1 : batch) {}
 
   // Queues id. True if the caller is to start a job that calls take() until it returns
   // nothing (or, if the job could not be started, to call not_started()).
