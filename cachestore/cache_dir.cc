@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,18 +14,13 @@
 
 #include <xxhash.h>
 
+#include "cachestore/hex.h"
 #include "cachestore/leftovers.h"
 #include "cachestore/log.h"
 #include "cachestore/trusted_path.h"
 
 namespace epochfs::cachestore {
 namespace {
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 Status make_dir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
@@ -322,8 +316,12 @@ ObjectKey CacheDir::object_key(const std::string& source_path) {
 }
 
 std::string CacheDir::object_name(ObjectKey key) {
-  const std::string hex = hex64(key.high) + hex64(key.low);
-  return hex.substr(0, 2) + "/" + hex;
+  std::string name(35, '/');  // "ab/ab..." : the fan-out directory, then 32 digits
+  put_hex64(key.high, name.data() + 3);
+  put_hex64(key.low, name.data() + 19);
+  name[0] = name[3];
+  name[1] = name[4];
+  return name;
 }
 
 bool CacheDir::removed() const {

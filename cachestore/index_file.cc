@@ -1,11 +1,10 @@
 #include "cachestore/index_file.h"
 
-#include <stdio.h>
-
-#include <cinttypes>
 #include <sstream>
 
 #include <xxhash.h>
+
+#include "cachestore/hex.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -45,12 +44,6 @@ std::optional<std::string> unescape(const std::string& text) {
     }
   }
   return out;
-}
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
 }
 
 std::optional<KeptCopy> parse_line(const std::string& line) {

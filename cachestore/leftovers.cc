@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "cachestore/cache_dir.h"
+#include "cachestore/hex.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -269,10 +270,7 @@ uint64_t tree_bytes(int dir_fd, int depth) {
 }  // namespace
 
 std::string source_dir_key(const std::string& source_key) {
-  char buf[17];
-  snprintf(buf, sizeof(buf), "%016llx",
-           static_cast<unsigned long long>(XXH3_64bits(source_key.data(), source_key.size())));
-  return buf;
+  return hex64(XXH3_64bits(source_key.data(), source_key.size()));
 }
 
 std::string process_dir_id() {

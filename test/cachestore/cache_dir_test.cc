@@ -12,16 +12,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <xxhash.h>
 
+#include "cachestore/hex.h"
 #include "cachestore/log.h"
 
 namespace epochfs::cachestore {
@@ -126,7 +129,8 @@ size_t thread_count() {
       std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator()));
 }
 
-std::string hex64(uint64_t v) {
+// The digits by printf, as the names were first written: the oracle for put_hex64.
+std::string printf_hex64(uint64_t v) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
@@ -598,6 +602,19 @@ TEST_CASE("Concurrent creates of the same source never remove each other's direc
   CHECK(fs::is_empty(t.root));
 }
 
+TEST_CASE("hex64 writes 16 lower-case digits, as printf does", "[cache_dir]") {
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> values = {0, 1, 0xf, 0x0123456789abcdefULL, UINT64_MAX};
+  for (int i = 0; i < 1000; ++i) {
+    values.push_back(rng() >> (rng() % 64));
+  }
+  int wrong = 0;
+  for (const uint64_t v : values) {
+    wrong += hex64(v) == printf_hex64(v) ? 0 : 1;
+  }
+  CHECK(wrong == 0);
+}
+
 // cache_dir.h: "ab/<32 hex>", one level of 256 fan-out directories.
 TEST_CASE("CacheDir::object_name is a stable one-level fan-out of XXH128", "[cache_dir]") {
   const std::string a = CacheDir::object_name("a/b.jpg");
@@ -607,7 +624,7 @@ TEST_CASE("CacheDir::object_name is a stable one-level fan-out of XXH128", "[cac
   CHECK(a.substr(0, 2) == hex.substr(0, 2));
   // The same on every mount and build: XXH3-128 of the path, high half first.
   const XXH128_hash_t h = XXH3_128bits("a/b.jpg", 7);
-  CHECK(hex == hex64(h.high64) + hex64(h.low64));
+  CHECK(hex == printf_hex64(h.high64) + printf_hex64(h.low64));
 
   // Different paths, even close ones, get different names, each well formed.
   std::set<std::string> names;
