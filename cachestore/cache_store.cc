@@ -388,29 +388,6 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   return std::nullopt;
 }
 
-void CacheStore::read_ahead(FileId id) {
-  std::string name;
-  {
-    MutexLock lock(mu_);
-    const Entry* e = entries_.find(id);
-    if (e == nullptr || e->state != State::kReady || e->doomed) {
-      return;
-    }
-    name = CacheDir::object_name(e->key);
-  }
-  if (disk_hung()) {
-    return;
-  }
-  // Unpinned: if the copy is evicted meanwhile, the open fails or reads pages no one will ask
-  // for; either costs nothing but the read.
-  const DiskWatch::Op op = watch_.begin();
-  UniqueFd fd = open_object(name);
-  if (fd.valid() && ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED) == 0) {
-    MutexLock lock(mu_);
-    ++counters_.read_ahead;
-  }
-}
-
 void CacheStore::unpin(FileId id) {
   std::vector<Removal> removals;
   {
@@ -441,6 +418,7 @@ CacheStats CacheStore::stats() const {
   s.capacity_bytes = options_.capacity_bytes;
   s.used_bytes = used_bytes_;
   s.files_cached = policy_->size();
+  s.read_ahead = read_aheads_.load(std::memory_order_relaxed);
   return s;
 }
 

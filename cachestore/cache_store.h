@@ -89,7 +89,7 @@ struct CacheStats {
   uint64_t bypassed = 0;            // staging refused: needed later than anything cached
   uint64_t skipped_suspended = 0;   // staging refused: suspended after a cache-disk fault
   uint64_t hung_disk_bypasses = 0;  // opens of ready copies served from the source: disk hung
-  uint64_t read_ahead = 0;          // ready copies whose pages were asked for ahead of a reader
+  uint64_t read_ahead = 0;          // copies whose pages were asked for ahead of their reads
   uint64_t errors_no_space = 0;     // ENOSPC, EDQUOT
   uint64_t errors_io = 0;           // EIO, EROFS and any other cache-disk error
   // The verify under way (or the last one): copies done with (checked, or gone meanwhile) of
@@ -179,8 +179,11 @@ class CacheStore {
   std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
   void unpin(FileId id);
   // Starts reading id's ready copy into the page cache, for a reader to come: advice, not an
-  // access (the eviction policy is not told), and nothing if the disk is hung.
+  // access (the eviction policy is not told), and nothing while the disk hangs. Counted in
+  // read_ahead.
   void read_ahead(FileId id);
+  // The same for a copy open already (fd, `bytes` long).
+  void read_ahead(int fd, uint64_t bytes);
 
   // Whether an open of id should skip the cache because a call on the cache disk has been
   // stuck for stuck_io_s (see DiskWatch): the reader then reads the source. Counts the opens
@@ -304,6 +307,7 @@ class CacheStore {
   const uint64_t block_bytes_;
   DiskWatch watch_;
   std::atomic<bool> hung_logged_{false};
+  std::atomic<uint64_t> read_aheads_{0};  // CacheStats::read_ahead, counted with no lock
 
   // Mutable state.
   mutable Mutex mu_;

@@ -1,5 +1,6 @@
 #include "cachestore/index_file.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include <xxhash.h>

@@ -1,15 +1,16 @@
 #include "prefetch/block_copies.h"
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <iterator>
 #include <utility>
 
 namespace epochfs::prefetch {
 
-BlockCopies::BlockCopies(size_t held, std::function<void(cachestore::FileId)> unpin)
-    : held_(std::max<size_t>(1, held)), unpin_(std::move(unpin)) {}
+BlockCopies::BlockCopies(size_t held, std::function<void(cachestore::FileId)> unpin,
+                         std::function<void(const Copy&)> read_ahead)
+    : held_(std::max<size_t>(1, held)),
+      unpin_(std::move(unpin)),
+      read_ahead_(std::move(read_ahead)) {}
 
 BlockCopies::~BlockCopies() {
   Lru dropped;
@@ -44,14 +45,9 @@ std::shared_ptr<const BlockCopies::Copy> BlockCopies::find(cachestore::FileId id
     found = held.copy;
   }
   if (due) {
-    read_ahead(*found);
+    read_ahead_(*found);
   }
   return found;
-}
-
-void BlockCopies::read_ahead(const Copy& copy) {
-  ::posix_fadvise(copy.fd.get(), 0, 0, POSIX_FADV_WILLNEED);  // asynchronous; advice only
-  read_aheads_.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::shared_ptr<const BlockCopies::Copy> BlockCopies::hold(Copy copy, int64_t now_ns) {
@@ -62,7 +58,7 @@ std::shared_ptr<const BlockCopies::Copy> BlockCopies::hold(Copy copy, int64_t no
         unpin(c->id);
         delete c;
       });
-  read_ahead(*held);
+  read_ahead_(*held);
   Lru dropped;
   cachestore::MutexLock lock(mu_);
   if (auto it = by_id_.find(id); it != by_id_.end()) {

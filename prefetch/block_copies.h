@@ -10,15 +10,14 @@
 // takes the cache store's lock.
 //
 // The kernel asks for a file read by blocks a READ at a time: 128 KiB around each page fault
-// of a memory map, smaller for read(). A block's copy is read ahead whole when it is held and
-// again when it is found a while later (kReadAheadNs: its pages may have been reclaimed since):
-// a disk answers one 1 MiB read far sooner than eight 128 KiB ones (benchmarks.md, "Single-file
-// datasets"), and an epoch's samples cover the block anyway.
+// of a memory map, smaller for read(), each a disk read of its own while the copy's pages are
+// cold. So a block's copy is read ahead whole (read_ahead) when it is held, and again when it
+// is found a while later (kReadAheadNs: its pages may have been reclaimed since); an epoch's
+// samples cover the block anyway.
 //
 // Thread-safety: all methods may be called concurrently (one leaf mutex).
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,8 +44,9 @@ class BlockCopies {
   };
 
   // held: how many copies to keep open (at least 1); unpin: called once per copy that has
-  // left the set and has no reader left.
-  BlockCopies(size_t held, std::function<void(cachestore::FileId)> unpin);
+  // left the set and has no reader left; read_ahead: asks for a copy's pages, never under mu_.
+  BlockCopies(size_t held, std::function<void(cachestore::FileId)> unpin,
+              std::function<void(const Copy&)> read_ahead);
   ~BlockCopies();
   BlockCopies(const BlockCopies&) = delete;
   BlockCopies& operator=(const BlockCopies&) = delete;
@@ -60,9 +60,6 @@ class BlockCopies {
   // Lets go of id's copy (dropped as damaged, say).
   void forget(cachestore::FileId id) EXCLUDES(mu_);
 
-  // How many times a copy was read ahead (for tests).
-  uint64_t read_aheads() const { return read_aheads_.load(std::memory_order_relaxed); }
-
  private:
   struct Held {
     std::shared_ptr<const Copy> copy;
@@ -71,15 +68,12 @@ class BlockCopies {
 
   using Lru = std::list<Held>;  // most recently read first
 
-  // Starts reading copy's whole block into the page cache.
-  void read_ahead(const Copy& copy);
-
   const size_t held_;
   const std::function<void(cachestore::FileId)> unpin_;
+  const std::function<void(const Copy&)> read_ahead_;
   cachestore::Mutex mu_;
   Lru lru_ GUARDED_BY(mu_);
   std::unordered_map<cachestore::FileId, Lru::iterator> by_id_ GUARDED_BY(mu_);
-  std::atomic<uint64_t> read_aheads_{0};
 };
 
 }  // namespace epochfs::prefetch

@@ -54,6 +54,7 @@
 #include "prefetch/order_upload.h"
 #include "prefetch/order_watch.h"
 #include "prefetch/planner.h"
+#include "prefetch/recent_ids.h"
 #include "prefetch/rights_checked.h"
 #include "prefetch/source_guard.h"
 #include "prefetch/stager.h"
@@ -147,14 +148,6 @@ struct EngineStats {
 
 class Engine final : public PrefetchSink {
  public:
-  // A cached copy at least this large that a stream's window passes is read into the page
-  // cache ahead of its reader: a block of a file read by blocks (prefetch/blocks.h) is read
-  // at random, a READ of 128 KiB at most per page fault, each a disk read of its own if the
-  // copy's pages are cold. A smaller file is read whole once opened (one disk read), and
-  // asking ahead for it only costs the daemon CPU a warm epoch lacks (benchmarks.md, "A real
-  // DataLoader").
-  static constexpr uint64_t kReadAheadMinBytes = 256 << 10;
-
   // source must outlive the engine. cache may be null: then every read goes to the source.
   Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::CacheStore> cache,
          EngineOptions options);
@@ -310,10 +303,12 @@ class Engine final : public PrefetchSink {
   bool stage_block_in_background(const OpenFile& file, FileId id, const std::string& key,
                                  uint64_t block);
   // An entry of stream's order names id, cached already: checked on the stager with its
-  // publisher's rights, unless they were confirmed before (prefetch/rights_checked.h); with
-  // read_ahead, its copy's pages are asked for once they are (kReadAheadMinBytes), never for
-  // a publisher who may not read the file.
-  void check_cached_entry(FileId id, size_t stream, bool read_ahead);
+  // publisher's rights, unless they were confirmed before (prefetch/rights_checked.h). A
+  // block's copy of at least 256 KiB is then read ahead (reads_ahead_queue_), never for a
+  // publisher who may not read its file.
+  void check_cached_entry(FileId id, size_t stream, uint64_t bytes);
+  // Queues id's copy to be read ahead, unless it was within the last second.
+  void read_ahead(FileId id);
   // Whether reader may read rel_path (id); if not, stream's entry is rejected as a missing
   // file's is, so that its counters cannot tell the two apart.
   bool may_stage_for(FileId id, size_t stream, const Credentials& reader,
@@ -380,7 +375,13 @@ class Engine final : public PrefetchSink {
   FreshAttrs fresh_;
   RightsChecked rights_checked_;
   IdBatches stats_ahead_queue_{16};
-  IdBatches reads_ahead_queue_{16};
+  // Blocks to read into memory ahead of their reader (check_cached_entry): a block is read at
+  // random, a READ of 128 KiB at most per page fault, each a disk read of its own while the
+  // copy's pages are cold. A whole file is read whole once opened, and asking ahead for it
+  // only cost the daemon CPU a warm DataLoader epoch lacks. Once a second per block at most
+  // (an order names one up to 16 times an epoch); at most 4,096 queued.
+  IdBatches reads_ahead_queue_{16, 4096};
+  RecentIds read_ahead_recently_{BlockCopies::kReadAheadNs};
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;

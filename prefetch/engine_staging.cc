@@ -49,7 +49,7 @@ bool Engine::prefetch(FileId id, size_t stream) {
   }
   if (const auto bytes = cache_->entry_bytes(id)) {
     stat_ahead(id);  // a block's key names no file: its stat finds none, and is dropped
-    check_cached_entry(id, stream, *bytes >= kReadAheadMinBytes);
+    check_cached_entry(id, stream, *bytes);
     return false;
   }
   std::string path = registry_.path_of(id);
@@ -112,13 +112,21 @@ void Engine::queue_for_job(IdBatches& queue, FileId id, Stager::Priority priorit
   }
 }
 
+void Engine::read_ahead(FileId id) {
+  if (!read_ahead_recently_.marked(id, now_ns())) {
+    queue_for_job(reads_ahead_queue_, id, Stager::Priority::kPrefetch, &Engine::drain_reads_ahead);
+  }
+}
+
 void Engine::drain_reads_ahead() {
   for (auto batch = reads_ahead_queue_.take(); !batch.empty(); batch = reads_ahead_queue_.take()) {
     for (const FileId id : batch) {
       if (stager_->stopping()) {
         return;
       }
-      cache_->read_ahead(id);
+      if (planner_->next_use(id) != Planner::kNever) {  // else its order ended meanwhile
+        cache_->read_ahead(id);
+      }
     }
   }
 }
@@ -182,23 +190,24 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   copy_finished(end - start, size);
 }
 
-void Engine::check_cached_entry(FileId id, size_t stream, bool read_ahead) {
+void Engine::check_cached_entry(FileId id, size_t stream, uint64_t bytes) {
+  constexpr uint64_t kReadAheadMinBytes = 256 << 10;
   auto reader = planner_->reader_of(stream);
   if (!reader) {
     return;
   }
+  // Only blocks (their keys name no source path): the path is looked at for large copies only.
+  const bool block = bytes >= kReadAheadMinBytes && parse_block_key(registry_.path_of(id));
   if (reader->uid == 0 || rights_checked_.confirmed(id, reader->fingerprint())) {
-    if (read_ahead) {
-      queue_for_job(reads_ahead_queue_, id, Stager::Priority::kPrefetch,
-                    &Engine::drain_reads_ahead);
+    if (block) {
+      read_ahead(id);
     }
     return;
   }
-  auto job = [this, id, stream, read_ahead, reader = std::move(reader),
-              path = registry_.path_of(id)] {
-    const auto block = parse_block_key(path);
-    if (may_stage_for(id, stream, *reader, block ? std::string(block->path) : path) && read_ahead) {
-      cache_->read_ahead(id);
+  auto job = [this, id, stream, block, reader = std::move(reader), path = registry_.path_of(id)] {
+    const auto parsed = parse_block_key(path);
+    if (may_stage_for(id, stream, *reader, parsed ? std::string(parsed->path) : path) && block) {
+      read_ahead(id);
     }
   };
   try {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <vector>
 
@@ -21,12 +22,17 @@ namespace epochfs::prefetch {
 
 class IdBatches {
  public:
-  explicit IdBatches(size_t batch) : batch_(batch == 0 ? 1 : batch) {}
+  // max_queued: ids beyond it are dropped (work that is only worth doing soon).
+  explicit IdBatches(size_t batch, size_t max_queued = SIZE_MAX)
+      : batch_(batch == 0 ? 1 : batch), max_queued_(max_queued) {}
 
   // Queues id. True if the caller is to start a job that calls take() until it returns
   // nothing (or, if the job could not be started, to call not_started()).
   bool push(cachestore::FileId id) {
     cachestore::MutexLock lock(mu_);
+    if (queue_.size() >= max_queued_) {
+      return false;  // dropped
+    }
     queue_.push_back(id);
     if (jobs_ == 0 || queue_.size() > jobs_ * batch_) {
       ++jobs_;
@@ -60,6 +66,7 @@ class IdBatches {
 
  private:
   const size_t batch_;
+  const size_t max_queued_;
   mutable cachestore::Mutex mu_;
   std::deque<cachestore::FileId> queue_ GUARDED_BY(mu_);
   size_t jobs_ GUARDED_BY(mu_) = 0;

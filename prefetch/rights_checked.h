@@ -10,7 +10,8 @@
 // A set of rights is a Credentials::fingerprint (user, group and supplementary groups): the same
 // user in another group (newgrp, sg) is checked anew. Two sets sharing a fingerprint (a 32-bit
 // hash) could skip one check of a cached file: its order would keep its counters and next use,
-// never read it (reads through the mount are the kernel's to allow).
+// and have a block's copy read into memory, never read it (reads through the mount are the
+// kernel's to allow).
 //
 // Bounded: a direct-mapped table of a fixed number of slots, indexed by file id, each one
 // atomic word (file id and fingerprint): a file whose slot another took is checked again.

@@ -2,7 +2,9 @@
 // random offsets, staged by blocks in the order its samples are read, and every read answered
 // with the source's bytes whether its blocks are cached, in flight or not.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -162,6 +164,12 @@ TEST_CASE("cached blocks an order will read are read into the page cache ahead o
   constexpr int kFiles = 20;
   write_files(dir / "src/small", kFiles, 10000);
   Mount mount(dir / "src", dir / "mnt", {"--lookahead", "50"});
+  struct statfs fs;
+  REQUIRE(::statfs(mount.cache_root().c_str(), &fs) == 0);
+  if (fs.f_type == TMPFS_MAGIC) {
+    WARN("SKIPPED: the cache is on tmpfs, whose pages cannot be dropped to be read again");
+    return;
+  }
   const auto samples = random_samples(kSize, 120, 20000, 22);
   auto files_order = [&](int epoch) {
     std::string text = "#form paths\n#stream files\n#epoch " + std::to_string(epoch) + "\n";
@@ -182,20 +190,6 @@ TEST_CASE("cached blocks an order will read are read into the page cache ahead o
   for (uint64_t b = 0; b < 6; ++b) {
     blocks.push_back(block_object(mount, "data.bin", b));
   }
-  // Every copy's pages dropped: only a read ahead brings them back.
-  for (const auto& object : blocks) {
-    REQUIRE(!object.empty());
-    drop_pages(object);
-    REQUIRE(resident_pages(object) == 0);
-  }
-  for (const auto& object : files) {
-    REQUIRE(!object.empty());
-    drop_pages(object);
-  }
-  const double before = stat_of(mount, "cache.read_ahead");
-  REQUIRE(publish(mount, files_order(1)) == 0);
-  REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 1\n")) == 0);
-  CHECK(wait_for_stat(mount, "cache.read_ahead", before + 1) > before);
   auto resident_in = [](const std::vector<std::string>& objects) {
     size_t pages = 0;
     for (const auto& object : objects) {
@@ -203,10 +197,32 @@ TEST_CASE("cached blocks an order will read are read into the page cache ahead o
     }
     return pages;
   };
-  for (int i = 0; i < 100 && resident_in(blocks) == 0; ++i) {  // the disk answers when it does
-    ::usleep(50'000);
+  // Every copy's pages dropped (again while epoch 0's reads ahead still land): only a read
+  // ahead brings them back. Then past the second within which a block is not asked for again.
+  wait_for_staging(mount);
+  for (const auto& object : files) {
+    REQUIRE(!object.empty());
+    drop_pages(object);
   }
-  CHECK(resident_in(blocks) > 0);
+  for (int i = 0; i < 20 && resident_in(blocks) > 0; ++i) {
+    for (const auto& object : blocks) {
+      REQUIRE(!object.empty());
+      drop_pages(object);
+    }
+    ::usleep(100'000);
+  }
+  REQUIRE(resident_in(blocks) == 0);
+  ::usleep(1'100'000);
+  const double before = stat_of(mount, "cache.read_ahead");
+  REQUIRE(publish(mount, files_order(1)) == 0);
+  REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 1\n")) == 0);
+  CHECK(wait_for_stat(mount, "cache.read_ahead", before + 2) >= before + 2);
+  // Whole blocks, not a first piece of each (the kernel reads 128 KiB a call at most here).
+  constexpr size_t kBlockPages = kBlock / 4096;
+  for (int i = 0; i < 100 && resident_in(blocks) < 2 * kBlockPages; ++i) {
+    ::usleep(50'000);  // asked for: the disk answers when it does
+  }
+  CHECK(resident_in(blocks) >= 2 * kBlockPages);
   // Small whole files are read whole at their open: never asked for ahead.
   CHECK(resident_in(files) == 0);
   // A block is asked for once per entry the window passes: within the two epochs' entries.

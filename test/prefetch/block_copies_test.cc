@@ -20,7 +20,8 @@ BlockCopies::Copy copy_of(cachestore::FileId id, int64_t mtime = 1) {
 
 TEST_CASE("past the bound the least recently read copy is let go and unpinned", "[blocks]") {
   std::map<cachestore::FileId, int> unpinned;
-  BlockCopies copies(2, [&](cachestore::FileId id) { ++unpinned[id]; });
+  BlockCopies copies(
+      2, [&](cachestore::FileId id) { ++unpinned[id]; }, [](const BlockCopies::Copy&) {});
   copies.hold(copy_of(1), 0);
   copies.hold(copy_of(2), 0);
   CHECK(copies.find(1, version(1), 0) != nullptr);  // 1 read last: 2 is the oldest
@@ -33,7 +34,8 @@ TEST_CASE("past the bound the least recently read copy is let go and unpinned", 
 
 TEST_CASE("a copy still being read is unpinned when its reader is done", "[blocks]") {
   std::map<cachestore::FileId, int> unpinned;
-  BlockCopies copies(1, [&](cachestore::FileId id) { ++unpinned[id]; });
+  BlockCopies copies(
+      1, [&](cachestore::FileId id) { ++unpinned[id]; }, [](const BlockCopies::Copy&) {});
   auto reading = copies.hold(copy_of(1), 0);
   copies.hold(copy_of(2), 0);  // 1 leaves the set while read
   CHECK(unpinned.empty());
@@ -44,7 +46,8 @@ TEST_CASE("a copy still being read is unpinned when its reader is done", "[block
 TEST_CASE("a copy of another version is let go, and forget lets go too", "[blocks]") {
   std::map<cachestore::FileId, int> unpinned;
   {
-    BlockCopies copies(4, [&](cachestore::FileId id) { ++unpinned[id]; });
+    BlockCopies copies(
+        4, [&](cachestore::FileId id) { ++unpinned[id]; }, [](const BlockCopies::Copy&) {});
     copies.hold(copy_of(1, 1), 0);
     copies.hold(copy_of(2, 1), 0);
     CHECK(copies.find(1, version(2), 0) == nullptr);  // the source changed
@@ -57,18 +60,20 @@ TEST_CASE("a copy of another version is let go, and forget lets go too", "[block
 }
 
 TEST_CASE("a copy is read ahead when held, and when found again a while later", "[blocks]") {
-  BlockCopies copies(4, [](cachestore::FileId) {});
+  int read_aheads = 0;
+  BlockCopies copies(
+      4, [](cachestore::FileId) {}, [&](const BlockCopies::Copy&) { ++read_aheads; });
   const int64_t later = BlockCopies::kReadAheadNs;
   copies.hold(copy_of(1), 0);
-  CHECK(copies.read_aheads() == 1);
+  CHECK(read_aheads == 1);
   CHECK(copies.find(1, version(1), later - 1) != nullptr);  // its pages were asked for just now
-  CHECK(copies.read_aheads() == 1);
+  CHECK(read_aheads == 1);
   CHECK(copies.find(1, version(1), later) != nullptr);  // they may have been reclaimed since
-  CHECK(copies.read_aheads() == 2);
+  CHECK(read_aheads == 2);
   CHECK(copies.find(1, version(1), later + 1) != nullptr);
-  CHECK(copies.read_aheads() == 2);
+  CHECK(read_aheads == 2);
   CHECK(copies.find(2, version(1), 3 * later) == nullptr);  // nothing held: nothing read
-  CHECK(copies.read_aheads() == 2);
+  CHECK(read_aheads == 2);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // IdBatches: a job is asked for only when none runs or the queue outgrows the running jobs'
 // batches; jobs take at most a batch at a time and end when the queue is empty; a job that
-// could not be started is asked for again by the next push.
+// could not be started is asked for again by the next push; past its bound, ids are dropped.
 #include "prefetch/id_batches.h"
 
 #include <catch2/catch.hpp>
@@ -38,6 +38,18 @@ TEST_CASE("a job that could not be started is asked for by the next push", "[id_
   CHECK(q.push(2));
   CHECK(q.take() == std::vector<cachestore::FileId>{1, 2});
   CHECK(q.take().empty());
+}
+
+TEST_CASE("ids past the queue's bound are dropped", "[id_batches]") {
+  IdBatches q(2, 3);
+  CHECK(q.push(1));
+  CHECK_FALSE(q.push(2));
+  CHECK(q.push(3));        // more than one job's batch: a second job
+  CHECK_FALSE(q.push(4));  // dropped: 3 queued
+  CHECK(q.queued() == 3);
+  CHECK(q.take() == std::vector<cachestore::FileId>{1, 2});
+  q.push(5);
+  CHECK(q.take() == std::vector<cachestore::FileId>{3, 5});
 }
 
 }  // namespace

@@ -1,0 +1,56 @@
+// CacheStore, continued: a ready copy's pages asked for ahead of its reads (advice only: no
+// pin, no access told to the eviction policy, nothing while the disk hangs).
+#include <fcntl.h>
+
+#include <algorithm>
+
+#include "cachestore/cache_store.h"
+
+namespace epochfs::cachestore {
+
+void CacheStore::read_ahead(FileId id) {
+  std::string name;
+  uint64_t bytes = 0;
+  {
+    MutexLock lock(mu_);
+    const Entry* e = entries_.find(id);
+    if (e == nullptr || e->state != State::kReady || e->doomed) {
+      return;
+    }
+    name = CacheDir::object_name(e->key);
+    bytes = e->size();
+  }
+  if (disk_hung()) {
+    return;
+  }
+  // Unpinned: if the copy is evicted meanwhile, the open fails or reads pages no one will ask
+  // for; either costs nothing but the read.
+  UniqueFd fd;
+  {
+    const DiskWatch::Op op = watch_.begin();
+    fd = open_object(name);
+  }
+  if (fd.valid()) {
+    read_ahead(fd.get(), bytes);
+  }
+}
+
+void CacheStore::read_ahead(int fd, uint64_t bytes) {
+  // The kernel reads at most max(the disk's largest request, its readahead window) per call
+  // (often 128 KiB): in pieces that size, or most of a 1 MiB block would stay unread.
+  constexpr uint64_t kPiece = 128 << 10;
+  if (disk_hung()) {
+    return;
+  }
+  const DiskWatch::Op op = watch_.begin();  // it may wait for room in the disk's queue
+  for (uint64_t off = 0; off < bytes; off += kPiece) {
+    if (::posix_fadvise(fd, static_cast<off_t>(off),
+                        static_cast<off_t>(std::min(kPiece, bytes - off)),
+                        POSIX_FADV_WILLNEED) != 0) {
+      return;
+    }
+  }
+  read_aheads_.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace epochfs::cachestore
