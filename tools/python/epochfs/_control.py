@@ -146,12 +146,28 @@ def index_lines(items):
         yield str(item) if type(item) is int else index_line(item)
 
 
+class _IntArray:
+    """A 1-D numpy array of integers as plain ints, a slice at a time (its own items would
+    each take the slow check; one list of them all would hold ~36 bytes an item)."""
+
+    _SLICE = 65536
+
+    def __init__(self, array):
+        self._array = array
+
+    def __len__(self):
+        return len(self._array)
+
+    def __iter__(self):
+        for start in range(0, len(self._array), self._SLICE):
+            yield from self._array[start:start + self._SLICE].tolist()
+
+
 def plain_items(order):
-    """order itself, or a numpy array of integers as a list of ints (its items would each
-    take the slow check)."""
-    if getattr(getattr(order, "dtype", None), "kind", None) in ("i", "u") and \
-            getattr(order, "ndim", None) == 1:
-        return order.tolist()
+    """order itself, or a 1-D numpy array of integers as plain ints."""
+    if type(order).__name__ == "ndarray" and hasattr(order, "tolist") and \
+            getattr(order.dtype, "kind", None) in ("i", "u") and order.ndim == 1:
+        return _IntArray(order)
     return order
 
 

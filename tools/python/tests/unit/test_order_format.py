@@ -30,6 +30,31 @@ def test_indices_are_written_alike_from_ints_numpy_integers_and_arrays(fake_moun
     assert all("#count 4" in header for header, _ in written)
 
 
+def test_a_long_array_is_written_whole_a_slice_at_a_time(fake_mount):
+    numpy = pytest.importorskip("numpy")
+    order = numpy.random.default_rng(1).permutation(200_000)  # past one slice of 65,536
+    epochfs.publish(fake_mount.path, order, epoch=0)
+    (header, entries), = fake_mount.orders()
+    assert "#count 200000" in header
+    assert entries == [str(i) for i in order.tolist()]
+
+
+def test_sequences_that_only_look_like_arrays_are_iterated(fake_mount):
+    class Column:  # an h5py or zarr dataset: dtype and ndim, no tolist
+        dtype = type("dtype", (), {"kind": "i"})()
+        ndim = 1
+
+        def __len__(self):
+            return 3
+
+        def __iter__(self):
+            return iter([2, 0, 1])
+
+    epochfs.publish(fake_mount.path, Column(), epoch=0)
+    (header, entries), = fake_mount.orders()
+    assert entries == ["2", "0", "1"]
+
+
 @pytest.mark.parametrize("bad", [[1, True], [1, "a"], [1, 2.0]])
 def test_an_order_of_indices_holding_anything_else_is_refused(fake_mount, bad):
     with pytest.raises(ValueError, match="holds a path"):
