@@ -225,7 +225,7 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
     targets.push_back({name, peer_mnt});
   }
   // The source's pages so far are those its files were written with, which this kernel reads
-  // back 15-50% faster than pages read in from disk (docs/benchmarks.md, "Hot baseline"), and
+  // back 15-50% faster than pages read in from disk (docs/benchmarks.md, "Running the lab"), and
   // a dataset on disk is read in: dropped, so that every target's pages come from reading.
   if (!drop_page_cache()) {
     printf("(not root: the direct reads' pages are those the dataset was written with)\n");
