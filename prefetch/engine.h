@@ -203,7 +203,8 @@ class Engine final : public PrefetchSink {
   // size bytes at off of file, a file read by blocks (OpenFile::blocks): each block from its
   // cached copy, waiting for one in flight, else from the source (and then copied into the
   // cache). A read of another block than the last counts as a use of that block in reader's
-  // streams. Fewer bytes only at the end of the file.
+  // streams; a read spanning two, of the block holding its middle. Fewer bytes only at the
+  // end of the file.
   cachestore::Result<std::string> read_blocks(const OpenFile& file, size_t size, off_t off,
                                               std::optional<uid_t> reader);
 
@@ -286,9 +287,10 @@ class Engine final : public PrefetchSink {
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
   // A file named by a range order, opened: from the source, read block by block.
   cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
-  // len bytes at off of block of file, which holds them all, into out (read_blocks).
+  // len bytes at off of block of file, which holds them all, into out (read_blocks); used:
+  // the read counts as a use of the block in reader's streams.
   cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
-                                std::optional<uid_t> reader, char* out);
+                                std::optional<uid_t> reader, bool used, char* out);
   // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_);
   // null if none is ready.
   std::shared_ptr<const BlockCopies::Copy> held_copy(FileId id,

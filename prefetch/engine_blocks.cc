@@ -41,11 +41,15 @@ Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t
   const auto start = static_cast<uint64_t>(off);
   const uint64_t end = std::min<uint64_t>(file_size, start + size);
   std::string out(start < end ? end - start : 0, '\0');
+  // A READ spanning two blocks is one sample's: a page fault's read-around (centred on the
+  // faulting page) or a read() of the sample itself. Only the block holding its middle is
+  // used; counting both would consume the other block's next entry early.
+  const uint64_t used = (start + (end - start) / 2) / kBlockBytes;
   for (uint64_t pos = start; pos < end;) {
     const uint64_t block = pos / kBlockBytes;
     const uint64_t stop = std::min(end, (block + 1) * kBlockBytes);
     Status read = read_block(file, block, pos, static_cast<size_t>(stop - pos), reader,
-                             out.data() + (pos - start));
+                             block == used, out.data() + (pos - start));
     if (!read.is_ok()) {
       return read;
     }
@@ -55,7 +59,7 @@ Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t
 }
 
 Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
-                          std::optional<uid_t> reader, char* out) {
+                          std::optional<uid_t> reader, bool used, char* out) {
   const std::string key = block_key(file.blocks->path, block);
   const auto id = registry_.find(key);
   const auto from_source = [&]() -> Status {
@@ -74,7 +78,9 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   if (!id) {
     return from_source();  // no order named this block: read through, as an unordered file
   }
-  note_block_use(file, *id, block, reader);
+  if (used) {
+    note_block_use(file, *id, block, reader);
+  }
   const FileVersion version = block_version(file.version, block);
   if (read_copy(*id, block, version, off, len, out)) {
     return Status::ok();

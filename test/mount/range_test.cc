@@ -156,6 +156,26 @@ TEST_CASE("a range order stages the blocks it names, and every sample reads the 
   CHECK(read_file(mount / "data.bin") == bytes);
 }
 
+TEST_CASE("a read spanning two blocks is a use of the block holding its middle only",
+          "[mount][ranges]") {
+  // The kernel reads around a page fault, 128 KiB centred on it: near a block's end, that
+  // READ spans the next block too. Counting both would consume the other block's next entry.
+  TempDir dir;
+  constexpr uint64_t kSize = 3 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 9);
+  Mount mount(dir / "src", dir / "mnt");
+  // Blocks 1, 0, then 2.
+  const std::vector<Sample> samples = {{kBlock + 5000, 100}, {10, 100}, {2 * kBlock + 10, 100}};
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  const std::string position = "prefetch.streams.default.position";
+  // 8,000 bytes from 1,000 before block 1: most of them, and the middle, in block 1.
+  CHECK(read_samples(mount / "data.bin", {{kBlock - 1000, 8000}}, bytes) == 0);
+  CHECK(stat_of(mount, position) == 1);
+  CHECK(read_samples(mount / "data.bin", {samples[1]}, bytes) == 0);
+  CHECK(stat_of(mount, position) == 2);
+}
+
 TEST_CASE("cached blocks an order will read are read into the page cache ahead of the reader",
           "[mount][ranges]") {
   TempDir dir;
