@@ -291,8 +291,8 @@ class Engine final : public PrefetchSink {
   // the read counts as a use of the block in reader's streams.
   cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
                                 std::optional<uid_t> reader, bool used, char* out);
-  // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_);
-  // null if none is ready.
+  // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_)
+  // and read ahead whole (CacheStore::read_ahead) once a second at most; null if none is ready.
   std::shared_ptr<const BlockCopies::Copy> held_copy(FileId id,
                                                      const cachestore::FileVersion& version);
   // Counts a use of block (id) of file in reader's streams, once per run of reads in it.
@@ -377,13 +377,15 @@ class Engine final : public PrefetchSink {
   FreshAttrs fresh_;
   RightsChecked rights_checked_;
   IdBatches stats_ahead_queue_{16};
-  // Blocks to read into memory ahead of their reader (check_cached_entry): a block is read at
-  // random, a READ of 128 KiB at most per page fault, each a disk read of its own while the
-  // copy's pages are cold. A whole file is read whole once opened, and asking ahead for it
-  // only cost the daemon CPU a warm DataLoader epoch lacks. Once a second per block at most
-  // (an order names one up to 16 times an epoch); at most 4,096 queued.
+  // Blocks to read into memory ahead of their reads (check_cached_entry, held_copy): a block
+  // is read at random, a READ of 128 KiB at most per page fault, each a disk read of its own
+  // while the copy's pages are cold. A whole file is read whole once opened, and asking ahead
+  // for it only cost the daemon CPU a warm DataLoader epoch lacks. Once a second per block at
+  // most (an order names one up to 16 times an epoch, and a reader reads it as often); at
+  // most 4,096 queued.
   IdBatches reads_ahead_queue_{16, 4096};
-  RecentIds read_ahead_recently_{BlockCopies::kReadAheadNs};
+  RecentIds read_ahead_recently_{1'000'000'000};  // blocks the planner passed
+  RecentIds read_recently_{1'000'000'000};        // blocks read (held_copy)
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;

@@ -146,14 +146,18 @@ void Engine::block_slice_done(const BlockSlice& slice, bool sent) {
 }
 
 std::shared_ptr<const BlockCopies::Copy> Engine::held_copy(FileId id, const FileVersion& version) {
-  const int64_t now = cachestore::now_ns();
-  auto copy = block_copies_->find(id, version, now);
+  auto copy = block_copies_->find(id, version);
   if (!copy) {
     auto fd = cache_->open_copy(id, version);
     if (!fd) {
       return nullptr;
     }
-    copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)}, now);
+    copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)});
+  }
+  // Its pages may never have been read, or been reclaimed since: asked for at once, whatever
+  // the planner asked (its queue may hold a whole epoch's blocks; this reader is here now).
+  if (!read_recently_.marked(id, cachestore::now_ns())) {
+    cache_->read_ahead(copy->fd.get(), static_cast<uint64_t>(version.size));
   }
   return copy;
 }

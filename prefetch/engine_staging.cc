@@ -196,17 +196,18 @@ void Engine::check_cached_entry(FileId id, size_t stream, uint64_t bytes) {
   if (!reader) {
     return;
   }
-  // Only blocks (their keys name no source path): the path is looked at for large copies only.
-  const bool block = bytes >= kReadAheadMinBytes && parse_block_key(registry_.path_of(id));
+  // Only blocks are read ahead (their keys name no source path); a small copy is no block.
+  const bool large = bytes >= kReadAheadMinBytes;
   if (reader->uid == 0 || rights_checked_.confirmed(id, reader->fingerprint())) {
-    if (block) {
+    if (large && parse_block_key(registry_.path_of(id))) {
       read_ahead(id);
     }
     return;
   }
-  auto job = [this, id, stream, block, reader = std::move(reader), path = registry_.path_of(id)] {
-    const auto parsed = parse_block_key(path);
-    if (may_stage_for(id, stream, *reader, parsed ? std::string(parsed->path) : path) && block) {
+  auto job = [this, id, stream, large, reader = std::move(reader), path = registry_.path_of(id)] {
+    const auto block = parse_block_key(path);
+    if (may_stage_for(id, stream, *reader, block ? std::string(block->path) : path) && large &&
+        block) {
       read_ahead(id);
     }
   };

@@ -249,6 +249,39 @@ TEST_CASE("cached blocks an order will read are read into the page cache ahead o
   CHECK(stat_of(mount, "cache.read_ahead") <= 2.0 * static_cast<double>(samples.size()));
 }
 
+TEST_CASE("a cached block is read into the page cache whole as it is read", "[mount][ranges]") {
+  // No order left to pass the block: only its reader's READ asks for the rest of its pages.
+  TempDir dir;
+  constexpr uint64_t kSize = 2 * kBlock;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 23);
+  Mount mount(dir / "src", dir / "mnt");
+  struct statfs fs;
+  REQUIRE(::statfs(mount.cache_root().c_str(), &fs) == 0);
+  if (fs.f_type == TMPFS_MAGIC) {
+    WARN("SKIPPED: the cache is on tmpfs, whose pages cannot be dropped to be read again");
+    return;
+  }
+  const std::vector<Sample> samples = {{100, 100}, {kBlock + 100, 100}};
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);  // the order ends
+  const std::string block = block_object(mount, "data.bin", 0);
+  REQUIRE(!block.empty());
+  ::usleep(1'100'000);  // past the second within which a block is not asked for again
+  drop_pages(block);
+  drop_pages(mount / "data.bin");
+  REQUIRE(resident_pages(block) == 0);
+  const double before = stat_of(mount, "cache.read_ahead");
+  CHECK(read_samples(mount / "data.bin", {{kBlock - 4096, 100}}, bytes) == 0);
+  CHECK(stat_of(mount, "cache.read_ahead") == before + 1);
+  // More than the kernel's READ (128 KiB at most) asked for; the disk answers when it does.
+  constexpr size_t kReadPages = (128 << 10) / 4096;
+  for (int i = 0; i < 100 && resident_pages(block) <= 2 * kReadPages; ++i) {
+    ::usleep(50'000);
+  }
+  CHECK(resident_pages(block) > 2 * kReadPages);
+}
+
 TEST_CASE("orders of indices into a manifest of ranges stage their samples' blocks",
           "[mount][ranges]") {
   // The compact form: the ranges once, then each epoch's order as sample indices.
