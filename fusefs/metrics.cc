@@ -167,6 +167,8 @@ void cache_metrics(Exposition& e, const prefetch::EngineStats& s) {
   e.one("epochfs_copies_dropped_total", "counter", "Copies not started (queue full).",
         d(s.copies_dropped));
   e.one("epochfs_evictions_total", "counter", "Copies evicted for room.", d(c.evictions));
+  e.one("epochfs_reads_ahead_total", "counter",
+        "Blocks' copies read into memory ahead of their reads.", d(c.read_ahead));
   e.family("epochfs_copies_refused_total", "counter", "Copies the cache refused, by reason.");
   e.sample(d(c.skipped_no_room), "reason=\"no_room\"");
   e.sample(d(c.bypassed), "reason=\"bypassed\"");

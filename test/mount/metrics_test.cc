@@ -117,6 +117,7 @@ TEST_CASE(".epochfs/metrics is Prometheus text that agrees with the stats", "[mo
   CHECK(metric("epochfs_cache_capacity_bytes") == std::numeric_limits<double>::infinity());
   CHECK(metric("epochfs_cache_files") == stat_of(mount, "cache.files_cached"));
   CHECK(metric("epochfs_publishes_total") == stat_of(mount, "prefetch.publishes"));
+  CHECK(metric("epochfs_reads_ahead_total") == stat_of(mount, "cache.read_ahead"));
   // A stream's series carry its name, job and user: the one stream here is "default".
   const auto stream_metric = [&](const std::string& family) {
     const std::string prefix = family + "{stream=\"default\",job=\"";
