@@ -9,6 +9,7 @@ import numbers
 import operator
 import os
 import re
+import sys
 import tempfile
 
 CONTROL = ".epochfs"
@@ -165,8 +166,9 @@ class _IntArray:
 
 def plain_items(order):
     """order itself, or a 1-D numpy array of integers as plain ints."""
-    if type(order).__name__ == "ndarray" and hasattr(order, "tolist") and \
-            getattr(order.dtype, "kind", None) in ("i", "u") and order.ndim == 1:
+    numpy = sys.modules.get("numpy")  # never imported here: an order from numpy loaded it
+    if numpy is not None and isinstance(order, numpy.ndarray) and \
+            order.dtype.kind in ("i", "u") and order.ndim == 1:
         return _IntArray(order)
     return order
 
