@@ -40,7 +40,9 @@ A head start. A training job takes seconds to minutes (CUDA, the model, a checkp
 its first batch, so a sampler publishes its first epoch when it is made, and the next epoch
 while the current one runs, wherever the order is known ahead: always for
 ``DistributedPublishingSampler``, and for ``PublishingSampler`` as its docstring says. An
-order published ahead is not published again when its epoch starts.
+order published ahead is not published again when its epoch starts. The dataset's paths (the
+manifest) are always published when a sampler is made: an order drawn only as its epoch starts
+is then a list of indices, quick to publish.
 """
 
 import errno
@@ -165,6 +167,9 @@ class _Publisher:
             base, suffix = _tag(self.mount, data_dir, self.paths)
             self.manifest = _named(base, suffix)
             self.stream = _named(base, suffix + ("" if rank is None else ".rank%d" % rank))
+        # Now, not at the first epoch's start: an order drawn as its epoch starts (a
+        # RandomSampler's) is then only indices, and the first copies start that much sooner.
+        self._attempt(self._set_manifest)
 
     @property
     def active(self):
@@ -187,14 +192,23 @@ class _Publisher:
         self.published.add(epoch)
         # Epochs behind the newest two will not be published again: forget them.
         self.published = {e for e in self.published if e >= epoch - 1}
-        try:
-            if not self.manifest_set:
-                epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths],
-                                     name=self.manifest, job=self.job)
-                self.manifest_set = True
+
+        def publish():
+            self._set_manifest()
             epochfs.publish(self.mount, [int(i) for i in indices], epoch=epoch,
                             stream=self.stream, job=self.job, manifest=self.manifest,
                             restart=restart)
+        self._attempt(publish)
+
+    def _set_manifest(self):
+        if self.mount is not None and not self.manifest_set:
+            epochfs.set_manifest(self.mount, [self._absolute(p) for p in self.paths],
+                                 name=self.manifest, job=self.job)
+            self.manifest_set = True
+
+    def _attempt(self, publish):
+        try:
+            publish()
         except (OSError, ValueError) as e:
             # A hint failed, never the training run: a refusal (a limit, a bad name), an
             # unwritable control dir, a full disk, or a mount gone.
@@ -206,7 +220,7 @@ class _Publisher:
                     "epochfs: publishing stream %s (job %s) to %s failed: %s; training "
                     "continues without prefetch for this loader (later failures are not "
                     "reported)" % (self.stream, self.job, self.mount, e),
-                    RuntimeWarning, stacklevel=3)
+                    RuntimeWarning, stacklevel=4)
 
     def _absolute(self, path):
         return path if os.path.isabs(path) else os.path.join(self.mount, path)

@@ -143,6 +143,17 @@ def test_every_draw_is_published(clean_env, fake_mount):
     assert [orders[1][1], orders[3][1]] == draws and draws[0] != draws[1]
 
 
+def test_an_order_drawn_at_its_epoch_start_publishes_only_indices_then(clean_env, fake_mount):
+    # A RandomSampler without a generator: no order exists before __iter__, but the paths do.
+    data = data_dir_of(fake_mount, "train")
+    sampler = epochfs.torch.PublishingSampler(RandomSampler(range(N)), data, paths_in(data))
+    assert len(fake_mount.manifests) == 1 and fake_mount.orders() == []
+    drawn = [str(i) for i in sampler]
+    assert len(fake_mount.manifests) == 1
+    (header, entries), = fake_mount.orders()
+    assert "#form indices" in header and entries == drawn
+
+
 def test_a_restart_from_an_older_epoch_publishes_the_next_ones_again(clean_env, fake_mount):
     ours = distributed(fake_mount, 0, "train")
     for epoch in (0, 1, 2, 1, 2):
@@ -196,7 +207,7 @@ def test_an_unwritable_control_dir_warns_once_and_training_goes_on(clean_env, fa
         theirs.set_epoch(epoch)
         want.append(list(theirs))
     assert got == want
-    assert ours.publish_failures == 4  # epochs 0 to 3, each tried once
+    assert ours.publish_failures == 5  # the manifest when made, then epochs 0 to 3, once each
     assert fake_mount.orders() == []
 
 
