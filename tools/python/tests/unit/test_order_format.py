@@ -59,3 +59,16 @@ def test_sequences_that_only_look_like_arrays_are_iterated(fake_mount):
 def test_an_order_of_indices_holding_anything_else_is_refused(fake_mount, bad):
     with pytest.raises(ValueError, match="holds a path"):
         epochfs.publish(fake_mount.path, bad, epoch=0)
+
+
+def test_absolute_paths_are_written_as_relpath_would_write_them(fake_mount):
+    # Most paths take a shortcut past os.path.relpath; every kind must come out the same.
+    root = fake_mount.path
+    tails = ["a/b.jpg", "a//b", "./a", "a/../b", ".hidden/x", "a/", "a/.", "a..b/c", "", "/"]
+    order = [root + "/" + t for t in tails] + [root, root + "x/a", "rel/x",
+                                               os.fsencode(root + "/bytes")]
+    epochfs.publish(fake_mount.path, order, epoch=0)
+    (_, entries), = fake_mount.orders()
+    want = [p if not os.path.isabs(os.fsdecode(p)) else os.path.relpath(os.fsdecode(p), root)
+            for p in order]
+    assert entries == want
