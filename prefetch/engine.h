@@ -251,6 +251,10 @@ class Engine final : public PrefetchSink {
   // Forgets the paths only ended jobs' orders named (engine_reclaim.cc).
   void reclaim() override;
 
+  // A new epoch's window passes blocks read ahead for the last one less than a second ago:
+  // their pages may be gone (a short epoch, a dropped page cache), so they are asked again.
+  void published() override { read_ahead_recently_.forget(cachestore::now_ns()); }
+
   // What an operation that may hold a FileId holds a ticket of (prefetch/grace.h).
   Grace& grace() { return grace_; }
 

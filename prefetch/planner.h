@@ -53,6 +53,9 @@ class PrefetchSink {
   virtual unsigned prefetch_slots() = 0;
   // Starts a copy of id unless it is cached or in flight; true if a copy was started.
   virtual bool prefetch(FileId id, size_t stream) = 0;
+
+  // An order was published (on the publisher's thread, no lock held).
+  virtual void published() {}
 };
 
 struct PlannerOptions {

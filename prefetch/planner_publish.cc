@@ -282,6 +282,9 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
     }
     report = record(std::move(report));
   }
+  if (report.ok && sink_ != nullptr) {
+    sink_->published();
+  }
   cachestore::log(report.ok ? LogLevel::kInfo : LogLevel::kWarning, "publish: %s",
                   report.message.c_str());
   for (const auto& example : report.rejects.examples) {

@@ -4,7 +4,7 @@
 //
 // Bounded: a direct-mapped table of kSlots atomic words (the id, and the mark's time in ms),
 // indexed by id: an id whose slot another took since counts as unmarked, so the work is done
-// again; never skipped wrongly for long, since a mark lapses with the window.
+// again; never skipped wrongly for long, since a mark lapses with the window, or at forget().
 //
 // Thread-safety: all methods may be called from any thread; no lock. Racing marks of one slot
 // leave one of them: at worst the work is done twice.
@@ -24,21 +24,34 @@ class RecentIds {
 
   explicit RecentIds(int64_t window_ns) : window_ms_(window_ns / 1'000'000) {}
 
-  // True if id was marked less than the window before now_ns; else marks it at now_ns.
+  // True if id was marked less than the window before now_ns, and after the last forget();
+  // else marks it at now_ns.
   bool marked(cachestore::FileId id, int64_t now_ns) {
-    const auto now_ms = static_cast<uint32_t>(now_ns / 1'000'000);
+    const uint32_t now_ms = ms_of(now_ns);
     std::atomic<uint64_t>& slot = slots_[id % kSlots];
     const uint64_t word = slot.load(std::memory_order_relaxed);
     const auto age_ms = static_cast<uint32_t>(now_ms - static_cast<uint32_t>(word));
-    if (word != 0 && (word >> 32) == id && age_ms < window_ms_) {
+    const uint64_t forgot = forgot_.load(kRelaxed);
+    const auto since_forgot_ms = static_cast<uint32_t>(now_ms - static_cast<uint32_t>(forgot));
+    if (word != 0 && (word >> 32) == id && age_ms < window_ms_ &&
+        (forgot == 0 || age_ms < since_forgot_ms)) {
       return true;
     }
     slot.store(uint64_t{id} << 32 | now_ms, std::memory_order_relaxed);
     return false;
   }
 
+  // Every mark made before now_ns (or in its millisecond) counts as lapsed.
+  void forget(int64_t now_ns) { forgot_.store(uint64_t{1} << 32 | ms_of(now_ns), kRelaxed); }
+
  private:
+  static constexpr auto kRelaxed = std::memory_order_relaxed;
+
+  static uint32_t ms_of(int64_t ns) { return static_cast<uint32_t>(ns / 1'000'000); }
+
   const int64_t window_ms_;
+  // When forget() was last called, in the low 32 bits; 0 if never.
+  std::atomic<uint64_t> forgot_{0};
   std::array<std::atomic<uint64_t>, kSlots> slots_{};
 };
 

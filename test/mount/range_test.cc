@@ -218,7 +218,7 @@ TEST_CASE("cached blocks an order will read are read into the page cache ahead o
     return pages;
   };
   // Every copy's pages dropped (again while epoch 0's reads ahead still land): only a read
-  // ahead brings them back. Then past the second within which a block is not asked for again.
+  // ahead brings them back, though epoch 0's asked for them less than a second ago.
   wait_for_staging(mount);
   for (const auto& object : files) {
     REQUIRE(!object.empty());
@@ -232,7 +232,6 @@ TEST_CASE("cached blocks an order will read are read into the page cache ahead o
     ::usleep(100'000);
   }
   REQUIRE(resident_in(blocks) == 0);
-  ::usleep(1'100'000);
   const double before = stat_of(mount, "cache.read_ahead");
   REQUIRE(publish(mount, files_order(1)) == 0);
   REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 1\n")) == 0);

@@ -1,5 +1,5 @@
 // RecentIds (prefetch/recent_ids.h): an id is marked for its window, then lapses; an id whose
-// slot another took counts as unmarked.
+// slot another took counts as unmarked; forget() lapses every mark.
 #include "prefetch/recent_ids.h"
 
 #include <catch2/catch.hpp>
@@ -17,6 +17,17 @@ TEST_CASE("an id marked is marked for the window, then lapses", "[recent_ids]") 
   CHECK_FALSE(recent.marked(7, 6000 * kMs));  // lapsed: marked again now
   CHECK(recent.marked(7, 6500 * kMs));
   CHECK_FALSE(recent.marked(8, 6500 * kMs));  // another id
+}
+
+TEST_CASE("forget lapses every mark made before it, and none after", "[recent_ids]") {
+  RecentIds recent(1000 * kMs);
+  CHECK_FALSE(recent.marked(7, 5000 * kMs));
+  CHECK_FALSE(recent.marked(8, 5100 * kMs));
+  recent.forget(5200 * kMs);
+  CHECK_FALSE(recent.marked(7, 5300 * kMs));  // forgotten: marked again now
+  CHECK(recent.marked(7, 5400 * kMs));        // the new mark holds
+  CHECK_FALSE(recent.marked(8, 5400 * kMs));
+  CHECK(recent.marked(8, 5500 * kMs));
 }
 
 TEST_CASE("an id whose slot another took counts as unmarked", "[recent_ids]") {
