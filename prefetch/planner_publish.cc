@@ -24,11 +24,7 @@ constexpr int64_t kJobSweepNs = 1'000'000'000;
 // order is long. Occurrences of one file past Schedule::kMaxRepeats in one epoch are skipped
 // and reported as rejected entries; the trainer's opens of them are then unscheduled.
 size_t max_id(const std::vector<FileId>& entries) {
-  FileId top = 0;
-  for (FileId id : entries) {
-    top = std::max(top, id);
-  }
-  return entries.empty() ? 0 : size_t{top};
+  return entries.empty() ? 0 : size_t{*std::max_element(entries.begin(), entries.end())};
 }
 
 void drop_repeats(std::vector<FileId>& entries, RejectReport& rejects) {
