@@ -659,15 +659,16 @@ def test_a_refused_publish_costs_one_warning_and_never_the_training_run(lab):
     job = lab.run(lab.a, "limited", epochs=3, loaders=[loader(mount, sampler="random", seed=4)])
     result = job.line()
     assert job.finish() == 0, job.stderr()  # 3: the loader read another order
-    # One refusal per epoch (three trained and the next, published ahead), reported once.
-    assert result["publish_failures"] == [4]
+    # One refusal of the manifest when the sampler was made, then one per epoch (three trained
+    # and the next, published ahead), reported once.
+    assert result["publish_failures"] == [5]
     err = job.stderr()
     warnings = [line for line in err.splitlines() if "Warning" in line]
     assert len(warnings) == 1, err
     assert "RuntimeWarning: epochfs: publishing stream train (job limited)" in warnings[0]
     assert "--max-entries-per-user 10" in warnings[0]
     prefetch = stats(mount)["prefetch"]
-    assert prefetch["publishes_over_limit"] == 4
+    assert prefetch["publishes_over_limit"] == 5
     assert not [k for k in prefetch["streams"] if "/limited/" in k]
 
 
