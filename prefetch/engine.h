@@ -388,8 +388,9 @@ class Engine final : public PrefetchSink {
   // most (an order names one up to 16 times an epoch, and a reader reads it as often); at
   // most 4,096 queued.
   IdBatches reads_ahead_queue_{16, 4096};
-  RecentIds read_ahead_recently_{1'000'000'000};  // blocks the planner passed
-  RecentIds read_recently_{1'000'000'000};        // blocks read (held_copy)
+  static constexpr int64_t kReadAheadWindowNs = 1'000'000'000;  // the "once a second" above
+  RecentIds read_ahead_recently_{kReadAheadWindowNs};  // blocks the planner passed
+  RecentIds read_recently_{kReadAheadWindowNs};        // blocks read (held_copy)
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;
