@@ -178,11 +178,13 @@ class CacheStore {
   // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
   std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
   void unpin(FileId id);
-  // Starts reading id's ready copy into the page cache, for a reader to come: advice, not an
-  // access (the eviction policy is not told), and nothing while the disk hangs. Counted in
-  // read_ahead.
-  void read_ahead(FileId id);
-  // The same for a copy open already (fd, `bytes` long).
+  // Reads id's ready copy into the page cache, for a reader to come, and returns once it is
+  // there: not an access (the eviction policy is not told), and nothing while the disk hangs.
+  // Synchronous, so that callers ahead of a reader queue one copy each on the disk, not an
+  // epoch's worth in front of the reader's own reads. Counted in read_ahead.
+  void read_in(FileId id);
+  // Starts reading a copy open already (fd, `bytes` long) into the page cache: advice, which
+  // returns at once; counted in read_ahead.
   void read_ahead(int fd, uint64_t bytes);
 
   // Whether an open of id should skip the cache because a call on the cache disk has been

@@ -325,7 +325,7 @@ class Engine final : public PrefetchSink {
   // for one (prefetch/id_batches.h).
   void queue_for_job(IdBatches& queue, FileId id, Stager::Priority priority,
                      void (Engine::*drain)());
-  // A stager job: asks for the queued copies' pages (CacheStore::read_ahead), a batch at a
+  // A stager job: reads the queued copies into memory (CacheStore::read_in), a batch at a
   // time, until none is left.
   void drain_reads_ahead();
   // A stager job: stats the queued files, a batch at a time, until none is left.
@@ -386,11 +386,13 @@ class Engine final : public PrefetchSink {
   // while the copy's pages are cold. A whole file is read whole once opened, and asking ahead
   // for it only cost the daemon CPU a warm DataLoader epoch lacks. Once a second per block at
   // most (an order names one up to 16 times an epoch, and a reader reads it as often); at
-  // most 4,096 queued.
-  IdBatches reads_ahead_queue_{16, 4096};
+  // most 4,096 queued; by two jobs at most, each reading one block at a time
+  // (CacheStore::read_in), so that the disk's queue never holds the window's blocks in front
+  // of the reader's own reads (an epoch's 100 MB, queued at once, delayed its READs by 10-30 ms).
+  IdBatches reads_ahead_queue_{16, 4096, 2};
   static constexpr int64_t kReadAheadWindowNs = 1'000'000'000;  // the "once a second" above
-  RecentIds read_ahead_recently_{kReadAheadWindowNs};  // blocks the planner passed
-  RecentIds read_recently_{kReadAheadWindowNs};        // blocks read (held_copy)
+  RecentIds read_ahead_recently_{kReadAheadWindowNs};           // blocks the planner passed
+  RecentIds read_recently_{kReadAheadWindowNs};                 // blocks read (held_copy)
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;

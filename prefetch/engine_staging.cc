@@ -125,7 +125,7 @@ void Engine::drain_reads_ahead() {
         return;
       }
       if (planner_->next_use(id) != Planner::kNever) {  // else its order ended meanwhile
-        cache_->read_ahead(id);
+        cache_->read_in(id);
       }
     }
   }

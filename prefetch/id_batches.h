@@ -4,8 +4,8 @@
 // One job per file woke a stager thread per file (four futex calls and a context switch each,
 // more than the stat itself on a local or cached source; batches took the daemon's syscalls
 // per hit of the DataLoader bench from 35.6 to 29.4). Here a job is
-// started only when none runs or the queue holds more than a batch per running job; each job
-// takes a batch at a time until the queue is empty.
+// started only when none runs or the queue holds more than a batch per running job (up to a
+// limit); each job takes a batch at a time until the queue is empty.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -22,9 +22,12 @@ namespace epochfs::prefetch {
 
 class IdBatches {
  public:
-  // max_queued: ids beyond it are dropped (work that is only worth doing soon).
-  explicit IdBatches(size_t batch, size_t max_queued = SIZE_MAX)
-      : batch_(batch == 0 ? 1 : batch), max_queued_(max_queued) {}
+  // max_queued: ids beyond it are dropped (work that is only worth doing soon); max_jobs: at
+  // most that many jobs at once (work that queues on a shared device).
+  explicit IdBatches(size_t batch, size_t max_queued = SIZE_MAX, size_t max_jobs = SIZE_MAX)
+      : batch_(batch == 0 ? 1 : batch),
+        max_queued_(max_queued),
+        max_jobs_(max_jobs == 0 ? 1 : max_jobs) {}
 
   // Queues id. True if the caller is to start a job that calls take() until it returns
   // nothing (or, if the job could not be started, to call not_started()).
@@ -34,7 +37,7 @@ class IdBatches {
       return false;  // dropped
     }
     queue_.push_back(id);
-    if (jobs_ == 0 || queue_.size() > jobs_ * batch_) {
+    if (jobs_ == 0 || (queue_.size() > jobs_ * batch_ && jobs_ < max_jobs_)) {
       ++jobs_;
       return true;
     }
@@ -67,6 +70,7 @@ class IdBatches {
  private:
   const size_t batch_;
   const size_t max_queued_;
+  const size_t max_jobs_;
   mutable cachestore::Mutex mu_;
   std::deque<cachestore::FileId> queue_ GUARDED_BY(mu_);
   size_t jobs_ GUARDED_BY(mu_) = 0;

@@ -2,10 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -231,7 +234,48 @@ std::vector<fs::path> files_in(const CacheStore& store) {
   return out;
 }
 
+// Pages of the file at path in the page cache now, and in all.
+std::pair<size_t, size_t> resident_pages(const fs::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const auto size = static_cast<size_t>(::lseek(fd.get(), 0, SEEK_END));
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  REQUIRE(map != MAP_FAILED);
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((size + page - 1) / page);
+  REQUIRE(::mincore(map, size, in.data()) == 0);
+  ::munmap(map, size);
+  return {static_cast<size_t>(std::count_if(in.begin(), in.end(), [](auto c) { return c & 1; })),
+          in.size()};
+}
+
 }  // namespace
+
+TEST_CASE("CacheStore::read_in returns with the copy's pages in memory", "[cache_store]") {
+  Scratch t;
+  struct statfs fs_info;
+  REQUIRE(::statfs(t.cache().c_str(), &fs_info) == 0);
+  if (fs_info.f_type == TMPFS_MAGIC) {
+    WARN("SKIPPED: /tmp is tmpfs, whose pages cannot be dropped to be read again");
+    return;
+  }
+  auto store = open_store(t.cache(), uint64_t{1} << 30);
+  const Source src = make_source(t.src(), "a/block", random_bytes(1 << 20, 11));
+  REQUIRE(stage(*store, 7, src));
+  const fs::path object = object_path(*store, src.rel);
+  {
+    UniqueFd fd(::open(object.c_str(), O_RDONLY | O_CLOEXEC));
+    REQUIRE(::fdatasync(fd.get()) == 0);
+    REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
+  }
+  REQUIRE(resident_pages(object).first < resident_pages(object).second);
+  store->read_in(7);
+  // Read, not advised: every page is there when it returns, with nothing waited for here.
+  const auto [resident, pages] = resident_pages(object);
+  CHECK(resident == pages);
+  CHECK(store->stats().read_ahead == 1);
+  store->read_in(8);  // no copy: nothing read, nothing counted
+  CHECK(store->stats().read_ahead == 1);
+}
 
 TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
   Scratch t;
