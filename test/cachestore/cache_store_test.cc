@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -29,6 +28,7 @@
 #include <xxhash.h>
 
 #include "cachestore/copy.h"
+#include "test/cachestore/page_cache.h"
 
 #include <rapidcheck/catch.h>
 
@@ -234,20 +234,6 @@ std::vector<fs::path> files_in(const CacheStore& store) {
   return out;
 }
 
-// Pages of the file at path in the page cache now, and in all.
-std::pair<size_t, size_t> resident_pages(const fs::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  const auto size = static_cast<size_t>(::lseek(fd.get(), 0, SEEK_END));
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-  REQUIRE(map != MAP_FAILED);
-  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in((size + page - 1) / page);
-  REQUIRE(::mincore(map, size, in.data()) == 0);
-  ::munmap(map, size);
-  return {static_cast<size_t>(std::count_if(in.begin(), in.end(), [](auto c) { return c & 1; })),
-          in.size()};
-}
-
 }  // namespace
 
 TEST_CASE("CacheStore::read_in returns with the copy's pages in memory", "[cache_store]") {
@@ -261,17 +247,12 @@ TEST_CASE("CacheStore::read_in returns with the copy's pages in memory", "[cache
   auto store = open_store(t.cache(), uint64_t{1} << 30);
   const Source src = make_source(t.src(), "a/block", random_bytes(1 << 20, 11));
   REQUIRE(stage(*store, 7, src));
-  const fs::path object = object_path(*store, src.rel);
-  {
-    UniqueFd fd(::open(object.c_str(), O_RDONLY | O_CLOEXEC));
-    REQUIRE(::fdatasync(fd.get()) == 0);
-    REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
-  }
-  REQUIRE(resident_pages(object).first < resident_pages(object).second);
+  const std::string object = object_path(*store, src.rel);
+  test::drop_pages(object);
+  REQUIRE(test::resident_pages(object) < test::pages_of(object));
   store->read_in(7);
   // Read, not advised: every page is there when it returns, with nothing waited for here.
-  const auto [resident, pages] = resident_pages(object);
-  CHECK(resident == pages);
+  CHECK(test::resident_pages(object) == test::pages_of(object));
   CHECK(store->stats().read_ahead == 1);
   store->read_in(8);  // no copy: nothing read, nothing counted
   CHECK(store->stats().read_ahead == 1);

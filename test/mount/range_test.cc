@@ -21,6 +21,7 @@
 #include "cachestore/cache_dir.h"
 #include "cachestore/unique_fd.h"
 #include "prefetch/blocks.h"
+#include "test/cachestore/page_cache.h"
 #include "test/mount/mount_fixture.h"
 
 namespace epochfs::test {
@@ -110,26 +111,8 @@ std::string block_object(Mount& mount, const std::string& path, uint64_t block) 
   return object_of(mount, prefetch::block_key(path, block));
 }
 
-// Drops the pages of the file at path from the page cache (written back first: dirty pages
-// would stay).
-void drop_pages(const std::string& path) {
-  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  REQUIRE(::fdatasync(fd.get()) == 0);
-  REQUIRE(::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) == 0);
-}
-
-// Pages of the file at path in the page cache now.
-size_t resident_pages(const std::string& path) {
-  cachestore::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  const auto size = static_cast<size_t>(::lseek(fd.get(), 0, SEEK_END));
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-  REQUIRE(map != MAP_FAILED);
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in((size + page - 1) / page);
-  REQUIRE(::mincore(map, size, in.data()) == 0);
-  ::munmap(map, size);
-  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](auto c) { return c & 1; }));
-}
+using test::drop_pages;
+using test::resident_pages;
 
 }  // namespace
 
