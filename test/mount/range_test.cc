@@ -111,9 +111,6 @@ std::string block_object(Mount& mount, const std::string& path, uint64_t block) 
   return object_of(mount, prefetch::block_key(path, block));
 }
 
-using test::drop_pages;
-using test::resident_pages;
-
 }  // namespace
 
 TEST_CASE("a range order stages the blocks it names, and every sample reads the source's bytes",

@@ -38,11 +38,12 @@ The setup:
   only when the epoch's ``__iter__`` draws it: published then, the loader iterating at once.
 
 For epochfs runs, each epoch also reports the misses, waits and stall, and the bytes read from
-the source by misses and by staging; and, polled (every 5 ms until then, or for the first second), the time to its
-first staged file from the epoch's start ("1st copy") and from the last publish returned before
-it ("pub->copy"), and the misses, waits and stall of its first second. "x floor" is
-the link's floor over the epoch's time: no epoch that reads its bytes through the source's link
-ends before its first copy lands, plus those bytes at --mbs, plus one batch's compute.
+the source by misses and by staging; and, polled (every 5 ms until then, or for its first
+second), the time to its first staged file from the epoch's start ("1st copy") and from the last
+publish returned before it ("pub->copy"), and the misses, waits and stall of its first second.
+"x floor" is the link's floor over the epoch's time: no epoch that reads its bytes through the
+source's link ends before its first copy lands, plus those bytes at --mbs, plus one batch's
+compute.
 
 The daemon's CPU is read from /proc/<pid>/stat (user + system, all threads) at each epoch's
 start and end. The CPU per hit is the last epoch's CPU over its hits (when it staged
@@ -210,9 +211,9 @@ def stall_counters(before, after):
 
 class FirstSecond:
     """Polls a mount's stats from an epoch's start, every 5 ms until its first copy is staged
-    or its first second ends, then every 100: when its first copy was staged, after the epoch's start and after the
-    publish before it (published_at: when each publish returned), and its misses, waits and
-    stall in its first second."""
+    or its first second ends, then every 100: when its first copy was staged, after the epoch's
+    start and after the publish before it (published_at: when each publish returned), and its
+    misses, waits and stall in its first second."""
 
     def __init__(self, data, before, start, published_at):
         import threading
