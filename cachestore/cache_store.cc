@@ -86,7 +86,8 @@ CacheStore::CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> di
     : options_(options),
       dir_(std::move(dir)),
       block_bytes_(block_bytes),
-      watch_(static_cast<int64_t>(options.stuck_io_s * 1e9)) {
+      watch_(static_cast<int64_t>(options.stuck_io_s * 1e9)),
+      dev_null_(::open("/dev/null", O_WRONLY | O_CLOEXEC)) {
   MutexLock lock(mu_);
   policy_ = std::move(policy);
 }

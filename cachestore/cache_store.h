@@ -89,7 +89,7 @@ struct CacheStats {
   uint64_t bypassed = 0;            // staging refused: needed later than anything cached
   uint64_t skipped_suspended = 0;   // staging refused: suspended after a cache-disk fault
   uint64_t hung_disk_bypasses = 0;  // opens of ready copies served from the source: disk hung
-  uint64_t read_ahead = 0;          // copies whose pages were asked for ahead of their reads
+  uint64_t read_ahead = 0;          // copies read in, or asked for, ahead of their reads
   uint64_t errors_no_space = 0;     // ENOSPC, EDQUOT
   uint64_t errors_io = 0;           // EIO, EROFS and any other cache-disk error
   // The verify under way (or the last one): copies done with (checked, or gone meanwhile) of
@@ -310,6 +310,7 @@ class CacheStore {
   DiskWatch watch_;
   std::atomic<bool> hung_logged_{false};
   std::atomic<uint64_t> read_aheads_{0};  // CacheStats::read_ahead, counted with no lock
+  const UniqueFd dev_null_;               // read_in's sink: opened once, not per block
 
   // Mutable state.
   mutable Mutex mu_;

@@ -22,8 +22,7 @@ void CacheStore::read_in(FileId id) {
     name = CacheDir::object_name(e->key);
     bytes = e->size();
   }
-  UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
-  if (!null.valid() || disk_hung()) {
+  if (!dev_null_.valid() || disk_hung()) {
     return;
   }
   // Unpinned: if the copy is evicted meanwhile, the open fails or reads pages no one will ask
@@ -36,7 +35,7 @@ void CacheStore::read_in(FileId id) {
   // Into /dev/null: the pages are read into the page cache and copied nowhere.
   off_t off = 0;
   while (static_cast<uint64_t>(off) < bytes) {
-    if (::sendfile(null.get(), fd.get(), &off, bytes - static_cast<uint64_t>(off)) <= 0) {
+    if (::sendfile(dev_null_.get(), fd.get(), &off, bytes - static_cast<uint64_t>(off)) <= 0) {
       return;
     }
   }

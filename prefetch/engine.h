@@ -388,7 +388,7 @@ class Engine final : public PrefetchSink {
   // most (an order names one up to 16 times an epoch, and a reader reads it as often); at
   // most 4,096 queued; by two jobs at most, each reading one block at a time
   // (CacheStore::read_in), so that the disk's queue never holds the window's blocks in front
-  // of the reader's own reads (an epoch's 100 MB, queued at once, delayed its READs by 10-30 ms).
+  // of the reader's own reads (benchmarks.md, "Single-file datasets").
   IdBatches reads_ahead_queue_{16, 4096, 2};
   static constexpr int64_t kReadAheadWindowNs = 1'000'000'000;  // the "once a second" above
   RecentIds read_ahead_recently_{kReadAheadWindowNs};           // blocks the planner passed
