@@ -65,8 +65,8 @@ Engine::Engine(const cachestore::RootDir& source, std::unique_ptr<cachestore::Ca
       cache_->adopt(registry_.id_of(copy.path), copy);
     }
     const uint64_t blocks = planner.cache_capacity / kBlockBytes / 4;
-    block_copies_ = std::make_unique<BlockCopies>(std::min<uint64_t>(BlockCopies::kMaxHeld, blocks),
-                                                  [this](FileId id) { cache_->unpin(id); });
+    block_copies_ = std::make_unique<HeldFds>(std::min<uint64_t>(HeldFds::kMaxHeld, blocks),
+                                              [this](FileId id) { cache_->unpin(id); });
   }
 }
 

@@ -43,12 +43,12 @@
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
-#include "prefetch/block_copies.h"
 #include "prefetch/copy_concurrency.h"
 #include "prefetch/file_registry.h"
 #include "prefetch/flights.h"
 #include "prefetch/fresh_attrs.h"
 #include "prefetch/grace.h"
+#include "prefetch/held_fds.h"
 #include "prefetch/id_batches.h"
 #include "prefetch/latency_histogram.h"
 #include "prefetch/order_upload.h"
@@ -214,7 +214,7 @@ class Engine final : public PrefetchSink {
   // the bytes are in it. The read counts as a use of the
   // block as in read_blocks. nullopt: read_blocks serves it. REQUIRES: block_slice_done.
   struct BlockSlice {
-    std::shared_ptr<const BlockCopies::Copy> copy;
+    std::shared_ptr<const HeldFds::Held> copy;
     off_t off = 0;
     size_t len = 0;
   };
@@ -284,11 +284,15 @@ class Engine final : public PrefetchSink {
   // True if the copy job took the flight over (it ends it); false if the caller still owns it.
   bool stage_in_background(const OpenFile& file, const std::string& rel_path);
   // Copies fd, the source file at file_version, into id's cache object: whole, or only block
-  // (prefetch/blocks.h), whose key rel_path then is.
-  void stage(FileId id, const std::string& rel_path, cachestore::UniqueFd fd,
+  // (prefetch/blocks.h), whose key rel_path then is. False if reading the source failed.
+  bool stage(FileId id, const std::string& rel_path, int fd,
              const cachestore::FileVersion& file_version,
              std::optional<uint64_t> block = std::nullopt);
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
+  // The source file's open that copies of its blocks share (block_sources_), opened if none
+  // younger than kSourceHeldNs is held; rel_path: the file's.
+  cachestore::Result<std::shared_ptr<const HeldFds::Held>> block_source(
+      FileId file, const std::string& rel_path);
   // A file named by a range order, opened: from the source, read block by block.
   cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
   // len bytes at off of block of file, which holds them all, into out (read_blocks); used:
@@ -297,8 +301,7 @@ class Engine final : public PrefetchSink {
                                 std::optional<uid_t> reader, bool used, char* out);
   // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_)
   // and read ahead whole (CacheStore::read_ahead) once a second at most; null if none is ready.
-  std::shared_ptr<const BlockCopies::Copy> held_copy(FileId id,
-                                                     const cachestore::FileVersion& version);
+  std::shared_ptr<const HeldFds::Held> held_copy(FileId id, const cachestore::FileVersion& version);
   // Counts a use of block (id) of file in reader's streams, once per run of reads in it.
   void note_block_use(const OpenFile& file, FileId id, uint64_t block, std::optional<uid_t> reader);
   // From id's (block's) ready copy of version; false if none is ready or it failed.
@@ -376,7 +379,10 @@ class Engine final : public PrefetchSink {
   Grace grace_;  // outlives everything holding tickets
   std::unique_ptr<Planner> planner_;
   std::unique_ptr<cachestore::CacheStore> cache_;
-  std::unique_ptr<BlockCopies> block_copies_;  // with the cache: open copies of blocks
+  std::unique_ptr<HeldFds> block_copies_;  // with the cache: open copies of blocks
+  static constexpr size_t kSourcesHeld = 16;
+  static constexpr int64_t kSourceHeldNs = 1'000'000'000;
+  HeldFds block_sources_{kSourcesHeld, nullptr, kSourceHeldNs};  // source files' opens
   FileRegistry registry_;
   FreshAttrs fresh_;
   RightsChecked rights_checked_;

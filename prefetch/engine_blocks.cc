@@ -145,14 +145,14 @@ void Engine::block_slice_done(const BlockSlice& slice, bool sent) {
   cache_->drop(slice.copy->id, true);  // damaged: read_blocks reads the source instead
 }
 
-std::shared_ptr<const BlockCopies::Copy> Engine::held_copy(FileId id, const FileVersion& version) {
+std::shared_ptr<const HeldFds::Held> Engine::held_copy(FileId id, const FileVersion& version) {
   auto copy = block_copies_->find(id, version);
   if (!copy) {
     auto fd = cache_->open_copy(id, version);
     if (!fd) {
       return nullptr;
     }
-    copy = block_copies_->hold(BlockCopies::Copy{id, version, std::move(*fd)});
+    copy = block_copies_->hold(HeldFds::Held{id, version, std::move(*fd)});
   }
   // Its pages may never have been read, or been reclaimed since: asked for at once, whatever
   // the planner asked (its queue may hold a whole epoch's blocks; this reader is here now).
@@ -191,7 +191,7 @@ bool Engine::stage_block_in_background(const OpenFile& file, FileId id, const st
               fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
     OnExit ended([&] { flights_.end(id); });
     const int64_t start = cachestore::now_ns();
-    stage(id, key, std::move(*fd), version, block);
+    stage(id, key, fd->get(), version, block);
     copy_finished(cachestore::now_ns() - start,
                   static_cast<uint64_t>(block_version(version, block).size));
   };

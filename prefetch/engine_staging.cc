@@ -166,22 +166,40 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   }
   const int64_t start = now_ns();
   // The file itself was registered with its blocks (OrderUpload::add_range).
-  auto file = open_source(block ? registry_.id_of(source_path) : id, source_path, false);
-  if (!file.is_ok()) {
-    if (names_no_file(file.error_code())) {
-      planner_->reject_entry(stream, source_path, file.status().to_string());
+  const FileId file_id = block ? registry_.id_of(source_path) : id;
+  std::shared_ptr<const HeldFds::Held> source;
+  if (block) {
+    auto shared = block_source(file_id, source_path);
+    if (!shared.is_ok()) {
+      if (names_no_file(shared.error_code())) {
+        planner_->reject_entry(stream, source_path, shared.status().to_string());
+      }
+      return;
     }
-    return;
+    source = std::move(shared.value());
+  } else {
+    auto file = open_source(id, source_path, false);
+    if (!file.is_ok()) {
+      if (names_no_file(file.error_code())) {
+        planner_->reject_entry(stream, source_path, file.status().to_string());
+      }
+      return;
+    }
+    source = std::make_shared<const HeldFds::Held>(
+        HeldFds::Held{id, file.value().version, std::move(file.value().fd)});
   }
-  const FileVersion& version = file.value().version;
+  const FileVersion& version = source->version;
   if (block && block_version(version, block->block).size == 0) {
     planner_->reject_entry(stream, rel_path, "the range starts past the end of the file");
     return;
   }
   const auto size =
       static_cast<uint64_t>(block ? block_version(version, block->block).size : version.size);
-  stage(id, rel_path, std::move(file.value().fd), version,
-        block ? std::optional<uint64_t>(block->block) : std::nullopt);
+  if (!stage(id, rel_path, source->fd.get(), version,
+             block ? std::optional<uint64_t>(block->block) : std::nullopt) &&
+      block) {
+    block_sources_.forget(file_id);  // the next block opens the file again
+  }
   const int64_t end = now_ns();
   // Busy: at least 3/4 of the slots in flight (this copy's counts: it ends on the way out).
   // Copies that ended a moment ago leave their slots free until the planner's next pass.
@@ -240,7 +258,7 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
               fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
     OnExit ended([&] { flights_.end(id); });
     const int64_t start = now_ns();
-    stage(id, path, std::move(*fd), version);
+    stage(id, path, fd->get(), version);
     copy_finished(now_ns() - start, static_cast<uint64_t>(version.size));
   };
   if (!stager_->try_submit(std::move(job))) {
@@ -250,12 +268,26 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
   return true;
 }
 
-void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
-                   const FileVersion& file_version, std::optional<uint64_t> block) {
+cachestore::Result<std::shared_ptr<const HeldFds::Held>> Engine::block_source(
+    FileId file, const std::string& rel_path) {
+  const int64_t now = now_ns();
+  if (auto held = block_sources_.find(file, std::nullopt, now)) {
+    return held;
+  }
+  auto opened = open_source(file, rel_path, false);
+  if (!opened.is_ok()) {
+    return opened.status();
+  }
+  return block_sources_.hold(
+      HeldFds::Held{file, opened.value().version, std::move(opened.value().fd), now});
+}
+
+bool Engine::stage(FileId id, const std::string& rel_path, int fd, const FileVersion& file_version,
+                   std::optional<uint64_t> block) {
   const FileVersion version = block ? block_version(file_version, *block) : file_version;
   auto staging = cache_->begin_staging(id, rel_path, static_cast<uint64_t>(version.size));
   if (!staging) {
-    return;
+    return true;
   }
   bool cache_fault = false;
   // Progress only tells a waiter the copy is not stuck (--stuck-copy, seconds): noted at most
@@ -268,8 +300,8 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
       flights_.note_progress(id);
     }
   };
-  auto hash = cachestore::copy_into(fd.get(), *staging, &cache_fault, progress,
-                                    block ? *block * kBlockBytes : 0);
+  auto hash =
+      cachestore::copy_into(fd, *staging, &cache_fault, progress, block ? *block * kBlockBytes : 0);
   if (!hash.is_ok()) {
     cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
                     hash.status().to_string().c_str());
@@ -277,18 +309,19 @@ void Engine::stage(FileId id, const std::string& rel_path, UniqueFd fd,
       guard_.note(hash.status(), rel_path);
     }
     cache_->abort(std::move(*staging), cache_fault ? hash.error_code() : 0);
-    return;
+    return cache_fault;
   }
   // A copy that raced a change of the source is discarded, never published.
-  auto after = source_.stat_fd(fd.get(), rel_path);
+  auto after = source_.stat_fd(fd, rel_path);
   if (!after.is_ok() || !(FileVersion::of(after.value()) == file_version)) {
     cache_->abort(std::move(*staging), 0);
-    return;
+    return false;
   }
   Status committed = cache_->commit(std::move(*staging), version, hash.value());
   if (!committed.is_ok()) {
     cachestore::log(cachestore::LogLevel::kDebug, "%s", committed.to_string().c_str());
   }
+  return true;
 }
 
 }  // namespace epochfs::prefetch

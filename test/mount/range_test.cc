@@ -136,6 +136,27 @@ TEST_CASE("a range order stages the blocks it names, and every sample reads the 
   CHECK(read_file(mount / "data.bin") == bytes);
 }
 
+TEST_CASE("copies of one file's blocks share its open on the source", "[mount][ranges]") {
+  // Each block's copy opened the file again: an epoch of a 100 MB file made 100 opens of one
+  // file on the source. Two copies at a time, so that at most two start before the first open
+  // is held; the held open is renewed once a second.
+  constexpr uint64_t kBlocks = 24;
+  TempDir dir;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kBlocks * kBlock, 9);
+  SlowSource slow(dir / "src", dir / "slow", 1);
+  Mount mount(slow.path(), dir / "mnt", {"--stage-threads", "2", "--lookahead", "64"});
+  std::vector<Sample> samples;
+  for (uint64_t b = kBlocks; b-- > 0;) {
+    samples.push_back({b * kBlock + 1000, 4096});
+  }
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == kBlocks);
+  CHECK(slow.opens("data.bin") <= kBlocks / 3);
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(stat_of(mount, "block_hits") == kBlocks);
+}
+
 TEST_CASE("a read spanning two blocks is a use of the block holding its middle only",
           "[mount][ranges]") {
   // The kernel reads around a page fault, 128 KiB centred on it: near a block's end, that

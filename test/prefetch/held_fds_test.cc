@@ -1,6 +1,6 @@
-// BlockCopies (prefetch/block_copies.h): open copies kept to a bound, least recently read
-// first out, each unpinned once, when it has left the set and its last reader is done.
-#include "prefetch/block_copies.h"
+// HeldFds (prefetch/held_fds.h): descriptors kept to a bound, least recently used first out,
+// each released once, when it has left the set and its last user is done; and to an age.
+#include "prefetch/held_fds.h"
 
 #include <fcntl.h>
 
@@ -13,13 +13,14 @@ namespace {
 
 cachestore::FileVersion version(int64_t mtime) { return {100, mtime, mtime, 1, 1}; }
 
-BlockCopies::Copy copy_of(cachestore::FileId id, int64_t mtime = 1) {
-  return {id, version(mtime), cachestore::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC))};
+HeldFds::Held copy_of(cachestore::FileId id, int64_t mtime = 1, int64_t opened_ns = 0) {
+  return {id, version(mtime), cachestore::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC)),
+          opened_ns};
 }
 
 TEST_CASE("past the bound the least recently read copy is let go and unpinned", "[blocks]") {
   std::map<cachestore::FileId, int> unpinned;
-  BlockCopies copies(2, [&](cachestore::FileId id) { ++unpinned[id]; });
+  HeldFds copies(2, [&](cachestore::FileId id) { ++unpinned[id]; });
   copies.hold(copy_of(1));
   copies.hold(copy_of(2));
   CHECK(copies.find(1, version(1)) != nullptr);  // 1 read last: 2 is the oldest
@@ -32,7 +33,7 @@ TEST_CASE("past the bound the least recently read copy is let go and unpinned", 
 
 TEST_CASE("a copy still being read is unpinned when its reader is done", "[blocks]") {
   std::map<cachestore::FileId, int> unpinned;
-  BlockCopies copies(1, [&](cachestore::FileId id) { ++unpinned[id]; });
+  HeldFds copies(1, [&](cachestore::FileId id) { ++unpinned[id]; });
   auto reading = copies.hold(copy_of(1));
   copies.hold(copy_of(2));  // 1 leaves the set while read
   CHECK(unpinned.empty());
@@ -43,7 +44,7 @@ TEST_CASE("a copy still being read is unpinned when its reader is done", "[block
 TEST_CASE("a copy of another version is let go, and forget lets go too", "[blocks]") {
   std::map<cachestore::FileId, int> unpinned;
   {
-    BlockCopies copies(4, [&](cachestore::FileId id) { ++unpinned[id]; });
+    HeldFds copies(4, [&](cachestore::FileId id) { ++unpinned[id]; });
     copies.hold(copy_of(1, 1));
     copies.hold(copy_of(2, 1));
     CHECK(copies.find(1, version(2)) == nullptr);  // the source changed
@@ -54,6 +55,17 @@ TEST_CASE("a copy of another version is let go, and forget lets go too", "[block
   }
 
   CHECK(unpinned[3] == 1);  // the set's end unpins what it holds
+}
+
+TEST_CASE("a source's open is shared, whatever its version, until it is too old", "[blocks]") {
+  constexpr int64_t kAge = 1'000'000'000;
+  HeldFds sources(2, nullptr, kAge);
+  const int64_t t0 = 5 * kAge;
+  auto opened = sources.hold(copy_of(7, 1, t0));
+  CHECK(sources.find(7, std::nullopt, t0 + kAge) == opened);       // any version, within the age
+  CHECK(sources.find(7, std::nullopt, t0 + kAge + 1) == nullptr);  // too old: opened again
+  CHECK(sources.find(7, std::nullopt, t0) == nullptr);             // and let go
+  CHECK(opened->fd.valid());  // a user still copying keeps its descriptor
 }
 
 }  // namespace
