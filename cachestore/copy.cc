@@ -6,26 +6,70 @@
 #include <algorithm>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include <xxhash.h>
 
 #include "cachestore/disk_watch.h"
+#include "cachestore/on_exit.h"
 #include "cachestore/root_dir.h"
+#include "cachestore/sync.h"
 
 namespace epochfs::cachestore {
 
 namespace {
+
+constexpr size_t kChunk = 256 << 10;
+
+// Chunk buffers shared by the copy threads, so that a buffer's pages are faulted in (and zeroed
+// by the kernel) once, at its first use. A buffer per thread was faulted in again by nearly
+// every copy: the stager hands copies to its 128 threads in turn while ~8 run at once, so each
+// thread copied a block or two an epoch, and page faults took 12% of the copy threads' CPU in
+// a single-file dataset's epoch 1. Not zero-filled (a vector's would be): only pages a copy
+// touches become resident. At most kKeptIdle idle buffers are kept, so what stays resident
+// follows the copies that ran at once, not the threads.
+class ChunkBuffers {
+ public:
+  static constexpr size_t kKeptIdle = 32;  // 8 MiB
+
+  std::unique_ptr<char[]> take() {
+    {
+      MutexLock lock(mu_);
+      if (!idle_.empty()) {
+        auto buf = std::move(idle_.back());
+        idle_.pop_back();
+        return buf;
+      }
+    }
+    return std::unique_ptr<char[]>(new char[kChunk]);
+  }
+
+  void give(std::unique_ptr<char[]> buf) {
+    MutexLock lock(mu_);
+    if (idle_.size() < kKeptIdle) {
+      idle_.push_back(std::move(buf));  // within the capacity reserved: never throws
+    }
+  }
+
+  ChunkBuffers() { idle_.reserve(kKeptIdle); }
+
+ private:
+  Mutex mu_;
+  std::vector<std::unique_ptr<char[]>> idle_ GUARDED_BY(mu_);
+};
+
+ChunkBuffers& chunk_buffers() {
+  static ChunkBuffers buffers;
+  return buffers;
+}
 
 // Reads size bytes of fd from start on in 256 KiB chunks (a typical ~110 KB sample in one
 // read), hashes them with XXH3-64 and hands each chunk to sink. A read error, or the file
 // ending early (EIO), stops it; so does a sink error.
 Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::string& what,
                              const std::function<Status(const char*, size_t)>& sink) {
-  // Per copy thread, not zero-filled (a vector's would be): only the pages a copy touches
-  // become resident, so 128 threads copying 100 kB files keep ~13 MiB, not 32 (the soak
-  // benchmark's finding).
-  constexpr size_t kChunk = 256 << 10;
-  thread_local std::unique_ptr<char[]> buf(new char[kChunk]);
+  std::unique_ptr<char[]> buf = chunk_buffers().take();
+  OnExit given([&] { chunk_buffers().give(std::move(buf)); });
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   Status failure;
