@@ -289,10 +289,12 @@ class Engine final : public PrefetchSink {
              const cachestore::FileVersion& file_version,
              std::optional<uint64_t> block = std::nullopt);
   void prefetch_copy(FileId id, size_t stream, const std::string& rel_path);
-  // The source file's open that copies of its blocks share (block_sources_), opened if none
-  // younger than kSourceHeldNs is held; rel_path: the file's.
-  cachestore::Result<std::shared_ptr<const HeldFds::Held>> block_source(
-      FileId file, const std::string& rel_path);
+  // A prefetch copy's open of the source file (id file, at rel_path). shared: a block's, one
+  // open for every copy of the file's blocks (block_sources_), made again once older than
+  // kSourceHeldNs; else the copy's own.
+  cachestore::Result<std::shared_ptr<const HeldFds::Held>> copy_source(FileId file,
+                                                                       const std::string& rel_path,
+                                                                       bool shared);
   // A file named by a range order, opened: from the source, read block by block.
   cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
   // len bytes at off of block of file, which holds them all, into out (read_blocks); used:

@@ -188,7 +188,7 @@ bool Engine::stage_block_in_background(const OpenFile& file, FileId id, const st
     return false;
   }
   auto job = [this, id, key, block, version = file.version,
-              fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
+              fd = std::make_shared<UniqueFd>(std::move(dup))] {
     OnExit ended([&] { flights_.end(id); });
     const int64_t start = cachestore::now_ns();
     stage(id, key, fd->get(), version, block);

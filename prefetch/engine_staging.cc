@@ -167,27 +167,14 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   const int64_t start = now_ns();
   // The file itself was registered with its blocks (OrderUpload::add_range).
   const FileId file_id = block ? registry_.id_of(source_path) : id;
-  std::shared_ptr<const HeldFds::Held> source;
-  if (block) {
-    auto shared = block_source(file_id, source_path);
-    if (!shared.is_ok()) {
-      if (names_no_file(shared.error_code())) {
-        planner_->reject_entry(stream, source_path, shared.status().to_string());
-      }
-      return;
+  auto opened = copy_source(file_id, source_path, block.has_value());
+  if (!opened.is_ok()) {
+    if (names_no_file(opened.error_code())) {
+      planner_->reject_entry(stream, source_path, opened.status().to_string());
     }
-    source = std::move(shared.value());
-  } else {
-    auto file = open_source(id, source_path, false);
-    if (!file.is_ok()) {
-      if (names_no_file(file.error_code())) {
-        planner_->reject_entry(stream, source_path, file.status().to_string());
-      }
-      return;
-    }
-    source = std::make_shared<const HeldFds::Held>(
-        HeldFds::Held{id, file.value().version, std::move(file.value().fd)});
+    return;
   }
+  const std::shared_ptr<const HeldFds::Held> source = std::move(opened.value());
   const FileVersion& version = source->version;
   if (block && block_version(version, block->block).size == 0) {
     planner_->reject_entry(stream, rel_path, "the range starts past the end of the file");
@@ -255,7 +242,7 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
     return false;
   }
   auto job = [this, id = file.id, path = rel_path, version = file.version,
-              fd = std::make_shared<UniqueFd>(std::move(dup))]() mutable {
+              fd = std::make_shared<UniqueFd>(std::move(dup))] {
     OnExit ended([&] { flights_.end(id); });
     const int64_t start = now_ns();
     stage(id, path, fd->get(), version);
@@ -268,18 +255,19 @@ bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_pa
   return true;
 }
 
-cachestore::Result<std::shared_ptr<const HeldFds::Held>> Engine::block_source(
-    FileId file, const std::string& rel_path) {
+cachestore::Result<std::shared_ptr<const HeldFds::Held>> Engine::copy_source(
+    FileId file, const std::string& rel_path, bool shared) {
   const int64_t now = now_ns();
-  if (auto held = block_sources_.find(file, std::nullopt, now)) {
+  if (auto held = shared ? block_sources_.find(file, std::nullopt, now) : nullptr) {
     return held;
   }
   auto opened = open_source(file, rel_path, false);
   if (!opened.is_ok()) {
     return opened.status();
   }
-  return block_sources_.hold(
-      HeldFds::Held{file, opened.value().version, std::move(opened.value().fd), now});
+  HeldFds::Held held{file, opened.value().version, std::move(opened.value().fd), now};
+  return shared ? block_sources_.hold(std::move(held))
+                : std::make_shared<const HeldFds::Held>(std::move(held));
 }
 
 bool Engine::stage(FileId id, const std::string& rel_path, int fd, const FileVersion& file_version,
