@@ -54,6 +54,8 @@ class HeldFds {
   ~HeldFds();
   HeldFds(const HeldFds&) = delete;
   HeldFds& operator=(const HeldFds&) = delete;
+  HeldFds(HeldFds&&) = delete;
+  HeldFds& operator=(HeldFds&&) = delete;
 
   // id's held descriptor, if held, of version (any, if none is given) and within the age
   // bound at now_ns; one of another version, or too old, is let go.
