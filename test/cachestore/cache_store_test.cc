@@ -295,7 +295,12 @@ TEST_CASE("copies on many threads fault their chunk buffer's pages in once", "[c
     after_first += faults[i];
   }
   // 15 x 64 with a buffer per thread; a few per thread with shared buffers.
+#if defined(__SANITIZE_THREAD__)
+  // TSan's runtime faults in shadow and per-thread state at each thread's first accesses.
+  WARN("not counted under ThreadSanitizer: " << after_first << " faults");
+#else
   CHECK(after_first < (kThreads - 1) * 16);
+#endif
 }
 
 TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
