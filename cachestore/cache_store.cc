@@ -162,9 +162,9 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
   }
 }
 
-// Charges for a copy of size bytes for id, evicting unpinned ready files as needed. False if
-// it cannot fit.
-bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
+// Charges for a copy of size bytes for id, evicting unpinned ready files as needed (if
+// may_evict). False if it cannot fit.
+bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size, bool may_evict) {
   const uint64_t charge = charge_for(size);
   while (true) {
     const uint64_t capacity = effective_capacity();
@@ -180,6 +180,10 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
         entries_.insert(id, Entry{State::kStaging, false, false, 0, size, 0, 0, key});
         ++counters_.copies_in_flight;
         return true;
+      }
+      if (!may_evict) {
+        ++counters_.skipped_no_room;
+        return false;
       }
       // Called by choose_victim within this scope, with mu_ held.
       auto victim = policy_->choose_victim([this](FileId v) NO_THREAD_SAFETY_ANALYSIS {
@@ -201,13 +205,13 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size) {
   }
 }
 
-std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path,
-                                                 uint64_t size) {
+std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path, uint64_t size,
+                                                 bool may_evict) {
   if (staging_suspended()) {
     return std::nullopt;
   }
   const ObjectKey key = CacheDir::object_key(path);
-  if (!reserve(id, key, size)) {
+  if (!reserve(id, key, size, may_evict)) {
     return std::nullopt;
   }
   Staging s;
@@ -231,9 +235,10 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& p
 
 Status CacheStore::create_temp(Staging& s) {
   const DiskWatch::Op op = watch_.begin();
+  // Readable too: a copy joined from a file's blocks is hashed from it (Staging::fd).
   const auto create = [&] {
     s.fd_.reset(
-        ::openat(dir_->fd(), s.temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+        ::openat(dir_->fd(), s.temp_name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     return s.fd_.valid();
   };
   // The fan-out directory exists for all but a cache's first few hundred copies: asked for

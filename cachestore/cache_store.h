@@ -123,6 +123,7 @@ class Staging {
 
   FileId id() const { return id_; }
 
+  // The temporary file, open for reading and writing.
   int fd() const { return fd_.get(); }
 
   uint64_t size() const { return size_; }
@@ -196,9 +197,11 @@ class CacheStore {
   DiskWatch::Op watch_io() { return watch_.begin(); }
 
   // Starts a copy of id (source path `path`, `size` bytes): reserves capacity, evicting
-  // unpinned files if needed, and creates the temporary file. nullopt if id is already cached
-  // or staging, it is not worth what it would evict, there is no room, or staging is suspended.
-  std::optional<Staging> begin_staging(FileId id, const std::string& path, uint64_t size);
+  // unpinned files if needed (unless !may_evict), and creates the temporary file. nullopt if
+  // id is already cached or staging, it is not worth what it would evict, there is no room, or
+  // staging is suspended.
+  std::optional<Staging> begin_staging(FileId id, const std::string& path, uint64_t size,
+                                       bool may_evict = true);
 
   // Publishes a finished copy of `version` with content hash `hash`.
   Status commit(Staging staging, const FileVersion& version, uint64_t hash);
@@ -280,7 +283,7 @@ class CacheStore {
 
   uint64_t charge_for(uint64_t size) const;
   uint64_t effective_capacity();
-  bool reserve(FileId id, ObjectKey key, uint64_t size);
+  bool reserve(FileId id, ObjectKey key, uint64_t size, bool may_evict);
   void mark_removing(FileId id, Entry& e, std::vector<Removal>& out) REQUIRES(mu_);
   void finish_removals(const std::vector<Removal>& removals);
   void note_fault(int err);

@@ -114,4 +114,24 @@ Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
       });
 }
 
+Status copy_range(int from_fd, uint64_t from_offset, Staging& staging, uint64_t to_offset,
+                  uint64_t length, bool* cache_fault) {
+  *cache_fault = false;
+  auto in = static_cast<loff_t>(from_offset);
+  auto out = static_cast<loff_t>(to_offset);
+  for (uint64_t left = length; left > 0;) {
+    const DiskWatch::Op op = staging.watch_io();
+    const ssize_t n = ::copy_file_range(from_fd, &in, staging.fd(), &out, left, 0);
+    if (n > 0) {
+      left -= static_cast<uint64_t>(n);
+    } else if (n == 0) {
+      return Status::error(EIO, "copy a cached piece: it ended early");
+    } else if (errno != EINTR) {
+      *cache_fault = errno == EIO || errno == ENOSPC || errno == EDQUOT || errno == EROFS;
+      return Status::error(errno, "copy a cached piece");
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace epochfs::cachestore

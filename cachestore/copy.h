@@ -20,4 +20,11 @@ Result<uint64_t> hash_fd(int fd, uint64_t size);
 Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
                            const std::function<void()>& progress = {}, uint64_t source_offset = 0);
 
+// Copies length bytes of from_fd at from_offset into staging's file at to_offset, within the
+// kernel (copy_file_range): pieces of a copy that are on the cache's own filesystem already,
+// as a file's cached blocks are. Fails (EXDEV, EOPNOTSUPP, ...) where the filesystem cannot,
+// and with EIO if from_fd ends early. *cache_fault as copy_into's: the disk failed.
+Status copy_range(int from_fd, uint64_t from_offset, Staging& staging, uint64_t to_offset,
+                  uint64_t length, bool* cache_fault);
+
 }  // namespace epochfs::cachestore

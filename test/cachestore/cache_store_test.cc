@@ -437,6 +437,54 @@ TEST_CASE("CacheStore charges whole blocks", "[cache_store]") {
   CHECK(store->stats().bytes_staged == 1 + 0 + block + block + 1);
 }
 
+TEST_CASE("CacheStore stages without evicting when told not to", "[cache_store]") {
+  Scratch t;
+  const uint64_t block = block_size_of(t.cache());
+  auto store = open_store(t.cache(), 2 * block);
+  const Source a = make_source(t.src(), "a", random_bytes(block, 1));
+  const Source b = make_source(t.src(), "b", random_bytes(block, 2));
+  const Source c = make_source(t.src(), "c", random_bytes(block, 3));
+  REQUIRE(stage(*store, 1, a));
+  auto free_room = store->begin_staging(2, b.rel, block, false);  // fits beside a
+  CHECK(free_room.has_value());
+  store->abort(std::move(*free_room), 0);
+  REQUIRE(stage(*store, 2, b));
+  CHECK_FALSE(store->begin_staging(3, c.rel, block, false).has_value());
+  CHECK(store->stats().evictions == 0);
+  CHECK(store->stats().skipped_no_room == 1);
+  CHECK(cached_content(*store, 1, a.version) == a.content);
+  CHECK(stage(*store, 3, c));  // may evict: takes the room
+  CHECK(store->stats().evictions == 1);
+}
+
+TEST_CASE("copy_range joins pieces of cached copies into one, at their offsets", "[cache_store]") {
+  Scratch t;
+  auto store = open_store(t.cache(), uint64_t{1} << 30);
+  const Source first = make_source(t.src(), "first", random_bytes(300000, 1));
+  const Source second = make_source(t.src(), "second", random_bytes(5000, 2));
+  const std::string whole = first.content + second.content;
+  auto s = store->begin_staging(9, "whole", whole.size());
+  REQUIRE(s.has_value());
+  bool fault = true;
+  // The second piece first: each lands at its own offset.
+  REQUIRE(copy_range(second.fd.get(), 0, *s, first.content.size(), second.content.size(), &fault)
+              .is_ok());
+  CHECK_FALSE(fault);
+  REQUIRE(copy_range(first.fd.get(), 0, *s, 0, first.content.size(), &fault).is_ok());
+  auto hash = hash_fd(s->fd(), whole.size());  // the temporary file reads back
+  REQUIRE(hash.is_ok());
+  CHECK(hash.value() == XXH3_64bits(whole.data(), whole.size()));
+  const FileVersion version{static_cast<int64_t>(whole.size()), 1, 1, 1};
+  REQUIRE(store->commit(std::move(*s), version, hash.value()).is_ok());
+  CHECK(cached_content(*store, 9, version) == whole);
+  // A piece past its file's end fails (EIO), not a fault of the cache disk.
+  auto other = store->begin_staging(10, "other", 2000);
+  REQUIRE(other.has_value());
+  CHECK(copy_range(second.fd.get(), 4000, *other, 0, 2000, &fault).error_code() == EIO);
+  CHECK_FALSE(fault);
+  store->abort(std::move(*other), 0);
+}
+
 TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_store]") {
   Scratch t;
   const uint64_t block = block_size_of(t.cache());
