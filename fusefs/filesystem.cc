@@ -309,14 +309,15 @@ void Filesystem::count_read(const DataOpen& file, uint64_t size, uint64_t offset
   engine_.count_read(file.file, offset >= file_size ? 0 : std::min(size, file_size - offset));
 }
 
-Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> opener) {
+Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> opener,
+                                    bool kernel_reads) {
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
     return Status::error(kReadOnlyError, "open for writing");
   }
   if (Status charged = charge_open(opener); !charged.is_ok()) {
     return charged;
   }
-  auto opened = open_handle(id, flags, opener);
+  auto opened = open_handle(id, flags, opener, kernel_reads);
   if (!opened.is_ok()) {
     uncharge_open(opener);
     return opened;
@@ -325,7 +326,8 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> 
   return opened;
 }
 
-Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<uid_t> opener) {
+Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<uid_t> opener,
+                                           bool kernel_reads) {
   if (is_control(id)) {
     return open_control(id, flags, opener);
   }
@@ -333,7 +335,7 @@ Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<
   if (!path.is_ok()) {
     return path.status();
   }
-  auto file = engine_.open_file(path.value(), opener);
+  auto file = engine_.open_file(path.value(), opener, kernel_reads);
   if (!file.is_ok()) {
     if (file.error_code() == EACCES && geteuid() == 0) {
       // Root is refused by permissions only where the server maps it to nobody.

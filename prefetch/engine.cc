@@ -252,7 +252,8 @@ Result<std::string> Engine::read_source(const OpenFile& file, int fd, size_t siz
       });
 }
 
-Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener) {
+Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener,
+                                   bool kernel_reads) {
   const int64_t start = now_ns();
   OnExit timed([&] { open_latency_.record(now_ns() - start); });
   opens_.fetch_add(1, kRelaxed);
@@ -261,7 +262,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
   }
   const FileId id = registry_.id_of(rel_path);
   if (planner_->reads_by_blocks(id, opener)) {
-    return open_block_file(id, rel_path);
+    return open_block_file(id, rel_path, kernel_reads);
   }
   const auto stream = planner_->on_open(id, opener);
   const int stream_index = stream ? static_cast<int>(*stream) : -1;
@@ -358,6 +359,9 @@ void Engine::close_file(const OpenFile& file) {
   if (file.from_cache) {
     cache_->unpin(file.id);
   }
+  if (file.blocks) {
+    join_when_whole(file);
+  }
 }
 
 void Engine::drop_failed_copy(const OpenFile& file) {
@@ -419,6 +423,8 @@ EngineStats Engine::stats() const {
   s.waits_abandoned = waits_abandoned_.load(kRelaxed);
   s.prefetches = prefetches_.load(kRelaxed);
   s.block_hits = block_hits_.load(kRelaxed);
+  s.joined_copies = joined_copies_.load(kRelaxed);
+  s.joined_bytes = joined_bytes_.load(kRelaxed);
   s.block_misses = block_misses_.load(kRelaxed);
   s.open_latency = open_latency_.snapshot();
   s.copy_latency = copy_latency_.snapshot();

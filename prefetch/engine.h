@@ -44,6 +44,7 @@
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 #include "prefetch/copy_concurrency.h"
+#include "prefetch/engine_stats.h"
 #include "prefetch/file_registry.h"
 #include "prefetch/flights.h"
 #include "prefetch/fresh_attrs.h"
@@ -95,9 +96,12 @@ struct EngineOptions {
 // a READ asks the registry only for its block's id, and the block last read, whose use was
 // counted.
 struct BlockReads {
-  explicit BlockReads(std::string p) : path(std::move(p)) {}
+  BlockReads(std::string p, bool kernel) : path(std::move(p)), kernel_reads(kernel) {}
 
   const std::string path;  // the file's, relative: its blocks' keys are made from it
+  // The kernel would read a whole copy itself (passthrough): one is made once every block is
+  // cached (Engine::join_blocks).
+  const bool kernel_reads;
   std::atomic<uint64_t> last_block{UINT64_MAX};
 };
 
@@ -111,39 +115,6 @@ struct OpenFile {
   // Named by a range order: fd is the source's, and reads go block by block
   // (Engine::read_blocks); null otherwise.
   std::shared_ptr<BlockReads> blocks = nullptr;
-};
-
-// Counters since the mount; a snapshot.
-struct EngineStats {
-  uint64_t opens = 0;
-  uint64_t hits = 0;
-  uint64_t misses = 0;
-  uint64_t bytes_from_cache = 0;
-  uint64_t bytes_from_source = 0;
-  uint64_t source_stats = 0;    // version checks that asked the source
-  uint64_t stats_ahead = 0;     // source stats of cached files just ahead of a stream
-  uint64_t fresh_lookups = 0;   // lookups answered from those
-  uint64_t copies_dropped = 0;  // not staged: queue full, or no descriptor for the copy
-  uint64_t copies_queued = 0;   // handed to the stager, not finished (queued or running)
-  uint64_t copy_limit = 0;      // prefetch copies allowed in flight now (copy_concurrency.h)
-  uint64_t files_known = 0;
-  uint64_t paths_released = 0;              // paths only ended jobs' orders named, forgotten
-  uint64_t upload_bytes = 0;                // held by uploads being written
-  uint64_t path_bytes = 0;                  // new paths users' orders added to the registry
-  uint64_t uploads_over_limit = 0;          // writes refused by the upload memory limits
-  uint64_t waits = 0;                       // opens that waited for a copy in flight
-  uint64_t stall_ns = 0;                    // time those opens waited
-  uint64_t waits_abandoned = 0;             // of those, gave up on a copy that made no progress
-  uint64_t prefetches = 0;                  // copies the planner started
-  uint64_t block_hits = 0;                  // reads of a block of a range order from its copy
-  uint64_t block_misses = 0;                // and from the source
-  LatencyHistogram::Snapshot open_latency;  // of open_file, hits and misses
-  LatencyHistogram::Snapshot copy_latency;  // of copies into the cache, from the source's open
-  bool cache_enabled = false;
-  SourceHealth source;
-  std::string cache_dir;
-  cachestore::CacheStats cache;
-  PlannerStats planner;
 };
 
 class Engine final : public PrefetchSink {
@@ -194,8 +165,11 @@ class Engine final : public PrefetchSink {
   // Opens a regular file for reading, from the cache if a valid copy exists.
   // EISDIR/EINVAL for anything that is not a regular file.
   // opener: the user opening it; only their streams (and the mount's) follow the open.
+  // kernel_reads: the kernel reads a cached copy itself (passthrough), so a file a range
+  // order names is better read from a whole copy than block by block through the daemon.
   cachestore::Result<OpenFile> open_file(const std::string& rel_path,
-                                         std::optional<uid_t> opener = std::nullopt);
+                                         std::optional<uid_t> opener = std::nullopt,
+                                         bool kernel_reads = false);
 
   // The reader is done with file.
   void close_file(const OpenFile& file);
@@ -295,8 +269,17 @@ class Engine final : public PrefetchSink {
   cachestore::Result<std::shared_ptr<const HeldFds::Held>> copy_source(FileId file,
                                                                        const std::string& rel_path,
                                                                        bool shared);
-  // A file named by a range order, opened: from the source, read block by block.
-  cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
+  // A file named by a range order, opened: from its whole copy if kernel_reads and one of the
+  // source's version is ready, else from the source, read block by block.
+  cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path,
+                                               bool kernel_reads);
+  // An open of a file read by blocks ends: if the kernel would read a whole copy itself, the
+  // file has none, and was not tried just before (join_tried_), joins its blocks into one on
+  // the stager (join_blocks).
+  void join_when_whole(const OpenFile& file);
+  // Makes id's whole copy of version from its blocks' ready copies, without evicting anything
+  // for it: nothing if a block is not ready, or there is no free room for a second copy.
+  void join_blocks(FileId id, const std::string& rel_path, const cachestore::FileVersion& version);
   // len bytes at off of block of file, which holds them all, into out (read_blocks); used:
   // the read counts as a use of the block in reader's streams.
   cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
@@ -401,6 +384,10 @@ class Engine final : public PrefetchSink {
   static constexpr int64_t kReadAheadWindowNs = 1'000'000'000;  // the "once a second" above
   RecentIds read_ahead_recently_{kReadAheadWindowNs};           // blocks the planner passed
   RecentIds read_recently_{kReadAheadWindowNs};                 // blocks read (held_copy)
+  // Files join_when_whole tried in the last 0.2 s: a scan of a file's blocks is bounded to five
+  // a second, and a reader's short opens at its start (a header read) do not hide the close
+  // at the end of its epoch.
+  RecentIds join_tried_{200'000'000};
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;
@@ -432,6 +419,8 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> prefetches_{0};
   std::atomic<uint64_t> block_hits_{0};    // block reads served from a cached copy
   std::atomic<uint64_t> block_misses_{0};  // and from the source
+  std::atomic<uint64_t> joined_copies_{0};
+  std::atomic<uint64_t> joined_bytes_{0};
   LatencyHistogram open_latency_;
   LatencyHistogram copy_latency_;
 };

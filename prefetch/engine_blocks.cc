@@ -27,14 +27,6 @@ namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
 }  // namespace
 
-Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path) {
-  auto file = open_source(id, rel_path, true);
-  if (file.is_ok()) {
-    file.value().blocks = std::make_shared<BlockReads>(rel_path);
-  }
-  return file;
-}
-
 Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t off,
                                         std::optional<uid_t> reader) {
   const auto file_size = static_cast<uint64_t>(file.version.size);

@@ -134,6 +134,74 @@ TEST_CASE("a range order stages the blocks it names, and every sample reads the 
   CHECK(stat_of(mount, "block_hits") > 0);
   // Whole, through plain reads too.
   CHECK(read_file(mount / "data.bin") == bytes);
+  // The classic data path reads blocks as fast as a whole copy: none is made.
+  CHECK(stat_of(mount, "joined_copies") == 0);
+}
+
+// Samples in every one of a file's blocks, then at random.
+std::vector<Sample> samples_in_every_block(uint64_t size, uint32_t seed) {
+  std::vector<Sample> samples;
+  for (uint64_t b = 0; b * kBlock < size; ++b) {
+    samples.push_back({b * kBlock, 100});
+  }
+  const auto more = random_samples(size, 100, 20000, seed);
+  samples.insert(samples.end(), more.begin(), more.end());
+  return samples;
+}
+
+TEST_CASE("with passthrough, a file whose blocks are all cached is read from a copy of it whole",
+          "[mount][ranges]") {
+  SKIP_WITHOUT_PASSTHROUGH();
+  TempDir dir;
+  constexpr uint64_t kSize = 5 * kBlock + 777;  // six blocks, the last short
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 31);
+  Mount mount(dir / "src", dir / "mnt", {"--data-path", "passthrough"});
+  const auto samples = samples_in_every_block(kSize, 32);
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 6);
+  // Read by blocks; its close joins them.
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  REQUIRE(wait_for_stat(mount, "joined_copies", 1) == 1);
+  CHECK(stat_of(mount, "joined_bytes") == kSize);
+  CHECK(stat_of(mount, "cache.files_cached") == 7);
+  CHECK(stat_of(mount, "bytes_from_source") == 0);
+  const double block_hits = stat_of(mount, "block_hits");
+  const double hits = stat_of(mount, "hits");
+  const double passthrough_opens = stat_of(mount, "data_path.passthrough_opens");
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(read_file(mount / "data.bin") == bytes);
+  CHECK(stat_of(mount, "block_hits") == block_hits);  // no read came by blocks
+  CHECK(stat_of(mount, "hits") == hits + 2);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == passthrough_opens + 2);
+  // Changed on the source: the whole copy is of the old version, never served again.
+  const std::string changed = make_big_file(dir / "src/data.bin", kSize, 33);
+  CHECK(read_file(mount / "data.bin") == changed);
+  CHECK(read_samples(mount / "data.bin", samples, changed) == 0);
+  CHECK(stat_of(mount, "hits") == hits + 2);
+}
+
+TEST_CASE("a whole copy is joined from blocks only into free room", "[mount][ranges]") {
+  SKIP_WITHOUT_PASSTHROUGH();
+  TempDir dir;
+  constexpr uint64_t kSize = 5 * kBlock + 777;
+  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 34);
+  // Room for the blocks, not for a second copy beside them.
+  Mount mount(dir / "src", dir / "mnt", {"--data-path", "passthrough", "--cache-size", "9M"});
+  const auto samples = samples_in_every_block(kSize, 35);
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 6);
+  const double no_room = stat_of(mount, "cache.skipped_no_room");
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(wait_for_stat(mount, "cache.skipped_no_room", no_room + 1) == no_room + 1);
+  CHECK(stat_of(mount, "joined_copies") == 0);
+  CHECK(stat_of(mount, "cache.evictions") == 0);
+  CHECK(stat_of(mount, "cache.files_cached") == 6);
+  // Opened again: by blocks still (the kernel's pages of the first open answer the reads).
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(stat_of(mount, "hits") == 0);
+  CHECK(stat_of(mount, "data_path.passthrough_opens") == 0);
 }
 
 TEST_CASE("copies of one file's blocks share its open on the source", "[mount][ranges]") {
