@@ -129,7 +129,8 @@ def drop_caches():
 
 def source_bytes(mnt):
     s = stats(mnt)
-    return s["bytes_from_source"] + s["cache"]["bytes_staged"]
+    # A whole copy joined from cached blocks is staged, but not from the source.
+    return s["bytes_from_source"] + s["cache"]["bytes_staged"] - s["joined_bytes"]
 
 
 def run_epochs(a, path, *, mnt=None, source_path=None):
@@ -170,7 +171,7 @@ def run_one(a, name, dirs):
     cache = os.path.join(dirs["local"], "cache-" + name)
     argv = [os.path.join(a.build, "bin", "epochfs"), "mount", "--foreground", dirs["shared"],
             mnt, "--cache-dir", cache, "--cache-size", "%dM" % a.cache_mb, "--log-level",
-            "warning"]
+            "warning", "--data-path", a.data_path]
     mount = Daemon(argv, mnt)
     try:
         return run_epochs(a, os.path.join(mnt, name_in), mnt=mnt,
@@ -215,6 +216,7 @@ def main():
     ap.add_argument("--publish", choices=("ranges", "indices"), default="indices",
                     help="ranges: each epoch's ranges (publish_ranges); indices: a manifest of "
                     "every sample's range before epoch 1, then each epoch's indices")
+    ap.add_argument("--data-path", default="classic", help="the mounts' --data-path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every figure to this file")
     a = ap.parse_args()
