@@ -280,6 +280,9 @@ class Engine final : public PrefetchSink {
   // Makes id's whole copy of version from its blocks' ready copies, without evicting anything
   // for it: nothing if a block is not ready, or there is no free room for a second copy.
   void join_blocks(FileId id, const std::string& rel_path, const cachestore::FileVersion& version);
+  // Whether block's file has a whole copy its block readers read instead (open_block_file):
+  // reading the block's copy ahead would be a disk read nobody uses.
+  bool read_whole(FileId block);
   // len bytes at off of block of file, which holds them all, into out (read_blocks); used:
   // the read counts as a use of the block in reader's streams.
   cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
@@ -420,6 +423,8 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> block_hits_{0};    // block reads served from a cached copy
   std::atomic<uint64_t> block_misses_{0};  // and from the source
   std::atomic<uint64_t> joined_copies_{0};
+  // The last open of a file read by blocks could be read by the kernel (open_block_file).
+  std::atomic<bool> kernel_reads_{false};
   std::atomic<uint64_t> joined_bytes_{0};
   LatencyHistogram open_latency_;
   LatencyHistogram copy_latency_;

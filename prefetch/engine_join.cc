@@ -24,6 +24,9 @@ using cachestore::Result;
 
 Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path,
                                          bool kernel_reads) {
+  if (kernel_reads_.load(std::memory_order_relaxed) != kernel_reads) {
+    kernel_reads_.store(kernel_reads, std::memory_order_relaxed);
+  }
   auto file = open_source(id, rel_path, true);
   if (!file.is_ok()) {
     return file;
@@ -37,6 +40,16 @@ Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path,
   }
   file.value().blocks = std::make_shared<BlockReads>(rel_path, kernel_reads);
   return file;
+}
+
+bool Engine::read_whole(FileId block) {
+  if (!kernel_reads_.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const std::string key = registry_.path_of(block);
+  const auto of = parse_block_key(key);
+  const auto file = of ? registry_.find(of->path) : std::nullopt;
+  return file && cache_->contains(*file);
 }
 
 void Engine::join_when_whole(const OpenFile& file) {

@@ -124,7 +124,8 @@ void Engine::drain_reads_ahead() {
       if (stager_->stopping()) {
         return;
       }
-      if (planner_->next_use(id) != Planner::kNever) {  // else its order ended meanwhile
+      // Not if its order ended meanwhile, nor if its file is read whole now.
+      if (planner_->next_use(id) != Planner::kNever && !read_whole(id)) {
         cache_->read_in(id);
       }
     }

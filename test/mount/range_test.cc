@@ -149,7 +149,7 @@ std::vector<Sample> samples_in_every_block(uint64_t size, uint32_t seed) {
   return samples;
 }
 
-TEST_CASE("with passthrough, a file whose blocks are all cached is read from a copy of it whole",
+TEST_CASE("with passthrough a file whose blocks are all cached is read from a copy of it whole",
           "[mount][ranges]") {
   SKIP_WITHOUT_PASSTHROUGH();
   TempDir dir;
@@ -174,6 +174,11 @@ TEST_CASE("with passthrough, a file whose blocks are all cached is read from a c
   CHECK(stat_of(mount, "block_hits") == block_hits);  // no read came by blocks
   CHECK(stat_of(mount, "hits") == hits + 2);
   CHECK(stat_of(mount, "data_path.passthrough_opens") == passthrough_opens + 2);
+  // The next epoch's blocks are not read ahead: their readers read the whole copy.
+  const double read_ahead = stat_of(mount, "cache.read_ahead");
+  REQUIRE(publish(mount, range_order(samples, "data.bin", "#epoch 1\n")) == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.read_ahead") == read_ahead);
   // Changed on the source: the whole copy is of the old version, never served again.
   const std::string changed = make_big_file(dir / "src/data.bin", kSize, 33);
   CHECK(read_file(mount / "data.bin") == changed);
