@@ -391,6 +391,9 @@ class Engine final : public PrefetchSink {
   // a second, and a reader's short opens at its start (a header read) do not hide the close
   // at the end of its epoch.
   RecentIds join_tried_{200'000'000};
+  // Files whose blocks were all ready but found no free room for a whole copy in the last 10 s:
+  // not scanned again meanwhile.
+  RecentIds join_refused_{10'000'000'000};
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight
   std::unique_ptr<Stager> stager_;

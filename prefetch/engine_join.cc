@@ -53,9 +53,10 @@ bool Engine::read_whole(FileId block) {
 }
 
 void Engine::join_when_whole(const OpenFile& file) {
+  const int64_t now = cachestore::now_ns();
   if (!stager_ || !file.blocks->kernel_reads || file.version.size <= 0 ||
-      join_tried_.marked(file.id, cachestore::now_ns()) || cache_->contains(file.id) ||
-      flights_.claim(file.id) != Flights::Claim::kOwned) {
+      join_refused_.recent(file.id, now) || join_tried_.marked(file.id, now) ||
+      cache_->contains(file.id) || flights_.claim(file.id) != Flights::Claim::kOwned) {
     return;
   }
   auto job = [this, id = file.id, path = file.blocks->path, version = file.version] {
@@ -83,6 +84,7 @@ void Engine::join_blocks(FileId id, const std::string& rel_path, const FileVersi
   }
   auto staging = cache_->begin_staging(id, rel_path, size, false);
   if (!staging) {
+    join_refused_.marked(id, cachestore::now_ns());
     return;
   }
   bool cache_fault = false;

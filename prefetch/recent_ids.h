@@ -27,18 +27,22 @@ class RecentIds {
   // True if id was marked less than the window before now_ns, and after the last forget();
   // else marks it at now_ns.
   bool marked(cachestore::FileId id, int64_t now_ns) {
+    if (recent(id, now_ns)) {
+      return true;
+    }
+    slots_[id % kSlots].store(uint64_t{id} << 32 | ms_of(now_ns), std::memory_order_relaxed);
+    return false;
+  }
+
+  // Whether id was marked less than the window before now_ns, and after the last forget().
+  bool recent(cachestore::FileId id, int64_t now_ns) const {
     const uint32_t now_ms = ms_of(now_ns);
-    std::atomic<uint64_t>& slot = slots_[id % kSlots];
-    const uint64_t word = slot.load(std::memory_order_relaxed);
+    const uint64_t word = slots_[id % kSlots].load(std::memory_order_relaxed);
     const auto age_ms = static_cast<uint32_t>(now_ms - static_cast<uint32_t>(word));
     const uint64_t forgot = forgot_.load(kRelaxed);
     const auto since_forgot_ms = static_cast<uint32_t>(now_ms - static_cast<uint32_t>(forgot));
-    if (word != 0 && (word >> 32) == id && age_ms < window_ms_ &&
-        (forgot == 0 || age_ms < since_forgot_ms)) {
-      return true;
-    }
-    slot.store(uint64_t{id} << 32 | now_ms, std::memory_order_relaxed);
-    return false;
+    return word != 0 && (word >> 32) == id && age_ms < window_ms_ &&
+           (forgot == 0 || age_ms < since_forgot_ms);
   }
 
   // Every mark made before now_ns (or in its millisecond) counts as lapsed.

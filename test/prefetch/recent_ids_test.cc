@@ -19,6 +19,15 @@ TEST_CASE("an id marked is marked for the window, then lapses", "[recent_ids]") 
   CHECK_FALSE(recent.marked(8, 6500 * kMs));  // another id
 }
 
+TEST_CASE("recent asks without marking", "[recent_ids]") {
+  RecentIds recent(1000 * kMs);
+  CHECK_FALSE(recent.recent(7, 5000 * kMs));
+  CHECK_FALSE(recent.recent(7, 5000 * kMs));  // still not marked
+  CHECK_FALSE(recent.marked(7, 5000 * kMs));
+  CHECK(recent.recent(7, 5999 * kMs));
+  CHECK_FALSE(recent.recent(7, 6000 * kMs));
+}
+
 TEST_CASE("forget lapses every mark made before it, and none after", "[recent_ids]") {
   RecentIds recent(1000 * kMs);
   CHECK_FALSE(recent.marked(7, 5000 * kMs));
