@@ -423,9 +423,9 @@ EngineStats Engine::stats() const {
   s.waits_abandoned = waits_abandoned_.load(kRelaxed);
   s.prefetches = prefetches_.load(kRelaxed);
   s.block_hits = block_hits_.load(kRelaxed);
+  s.block_misses = block_misses_.load(kRelaxed);
   s.joined_copies = joined_copies_.load(kRelaxed);
   s.joined_bytes = joined_bytes_.load(kRelaxed);
-  s.block_misses = block_misses_.load(kRelaxed);
   s.open_latency = open_latency_.snapshot();
   s.copy_latency = copy_latency_.snapshot();
   // Copies in flight, then queued, then the planner: a copy that ends between two of these

@@ -423,12 +423,12 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> stall_ns_{0};
   std::atomic<uint64_t> waits_abandoned_{0};
   std::atomic<uint64_t> prefetches_{0};
-  std::atomic<uint64_t> block_hits_{0};    // block reads served from a cached copy
-  std::atomic<uint64_t> block_misses_{0};  // and from the source
-  std::atomic<uint64_t> joined_copies_{0};
+  std::atomic<uint64_t> block_hits_{0};     // block reads served from a cached copy
+  std::atomic<uint64_t> block_misses_{0};   // and from the source
+  std::atomic<uint64_t> joined_copies_{0};  // whole copies joined from blocks (join_blocks)
+  std::atomic<uint64_t> joined_bytes_{0};
   // The last open of a file read by blocks could be read by the kernel (open_block_file).
   std::atomic<bool> kernel_reads_{false};
-  std::atomic<uint64_t> joined_bytes_{0};
   LatencyHistogram open_latency_;
   LatencyHistogram copy_latency_;
 };
