@@ -278,8 +278,13 @@ class Engine final : public PrefetchSink {
   // the stager (join_blocks).
   void join_when_whole(const OpenFile& file);
   // Makes id's whole copy of version from its blocks' ready copies, without evicting anything
-  // for it: nothing if a block is not ready, or there is no free room for a second copy.
+  // for it: nothing if a block is not ready, or there is no free room for a second copy. A
+  // join that found no room or failed is not tried again for 10 s (join_refused_).
   void join_blocks(FileId id, const std::string& rel_path, const cachestore::FileVersion& version);
+  // Drops a copy that failed for why, logged at debug with what was being done; a fault of the
+  // cache's own disk (cache_fault) is passed on with its errno (CacheStore::abort).
+  void drop_staging(cachestore::Staging staging, const cachestore::Status& why, bool cache_fault,
+                    const char* doing, const std::string& rel_path);
   // Whether block's file has a whole copy its block readers read instead (open_block_file):
   // reading the block's copy ahead would be a disk read nobody uses.
   bool read_whole(FileId block);
@@ -391,8 +396,8 @@ class Engine final : public PrefetchSink {
   // a second, and a reader's short opens at its start (a header read) do not hide the close
   // at the end of its epoch.
   RecentIds join_tried_{200'000'000};
-  // Files whose blocks were all ready but found no free room for a whole copy in the last 10 s:
-  // not scanned again meanwhile.
+  // Files whose blocks were all ready but whose join found no free room or failed in the last
+  // 10 s: not scanned again meanwhile.
   RecentIds join_refused_{10'000'000'000};
   Flights flights_;                   // copies in progress, one per file (prefetch/flights.h)
   CopyConcurrency copy_concurrency_;  // how many prefetch copies may be in flight

@@ -107,9 +107,11 @@ void Engine::join_blocks(FileId id, const std::string& rel_path, const FileVersi
   }
   auto hash = copied.is_ok() ? cachestore::hash_fd(staging->fd(), size) : Result<uint64_t>(copied);
   if (!hash.is_ok()) {
-    cachestore::log(cachestore::LogLevel::kDebug, "joining the blocks of %s: %s",
-                    escape_for_log(rel_path).c_str(), hash.status().to_string().c_str());
-    cache_->abort(std::move(*staging), cache_fault ? hash.error_code() : 0);
+    // Whatever failed (a cache filesystem without copy_file_range, a damaged block) would
+    // fail again at the next close: held off as a file with no room is.
+    join_refused_.marked(id, cachestore::now_ns());
+    drop_staging(std::move(*staging), hash.status(), cache_fault, "joining the blocks of",
+                 rel_path);
     return;
   }
   if (cache_->commit(std::move(*staging), version, hash.value()).is_ok()) {

@@ -292,12 +292,10 @@ bool Engine::stage(FileId id, const std::string& rel_path, int fd, const FileVer
   auto hash =
       cachestore::copy_into(fd, *staging, &cache_fault, progress, block ? *block * kBlockBytes : 0);
   if (!hash.is_ok()) {
-    cachestore::log(cachestore::LogLevel::kDebug, "staging %s: %s", rel_path.c_str(),
-                    hash.status().to_string().c_str());
     if (!cache_fault) {
       guard_.note(hash.status(), rel_path);
     }
-    cache_->abort(std::move(*staging), cache_fault ? hash.error_code() : 0);
+    drop_staging(std::move(*staging), hash.status(), cache_fault, "staging", rel_path);
     return cache_fault;
   }
   // A copy that raced a change of the source is discarded, never published.
@@ -311,6 +309,13 @@ bool Engine::stage(FileId id, const std::string& rel_path, int fd, const FileVer
     cachestore::log(cachestore::LogLevel::kDebug, "%s", committed.to_string().c_str());
   }
   return true;
+}
+
+void Engine::drop_staging(cachestore::Staging staging, const Status& why, bool cache_fault,
+                          const char* doing, const std::string& rel_path) {
+  cachestore::log(cachestore::LogLevel::kDebug, "%s %s: %s", doing,
+                  escape_for_log(rel_path).c_str(), why.to_string().c_str());
+  cache_->abort(std::move(staging), cache_fault ? why.error_code() : 0);
 }
 
 }  // namespace epochfs::prefetch
