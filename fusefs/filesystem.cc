@@ -11,6 +11,7 @@
 #include "cachestore/log.h"
 #include "cachestore/path.h"
 #include "fusefs/control_dir.h"
+#include "fusefs/passthrough.h"
 
 namespace epochfs::fusefs {
 
@@ -27,13 +28,19 @@ std::optional<uint64_t> local_dev(const cachestore::RootDir& root, const struct 
   return static_cast<uint64_t>(root_st.st_dev);
 }
 
+// The mount's data path decides how the engine serves files read by blocks.
+prefetch::EngineOptions with_data_path(prefetch::EngineOptions options) {
+  options.kernel_reads = passthrough::active;
+  return options;
+}
+
 }  // namespace
 
 Filesystem::Filesystem(cachestore::RootDir source, const struct stat& root_st,
                        FilesystemOptions options, std::unique_ptr<cachestore::CacheStore> cache,
                        prefetch::EngineOptions engine_options)
     : source_(std::move(source)),
-      engine_(source_, std::move(cache), engine_options),
+      engine_(source_, std::move(cache), with_data_path(std::move(engine_options))),
       options_(options),
       local_source_dev_(local_dev(source_, root_st)),
       inodes_(root_st, engine_.registry()),
@@ -309,15 +316,14 @@ void Filesystem::count_read(const DataOpen& file, uint64_t size, uint64_t offset
   engine_.count_read(file.file, offset >= file_size ? 0 : std::min(size, file_size - offset));
 }
 
-Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> opener,
-                                    bool kernel_reads) {
+Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> opener) {
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) {
     return Status::error(kReadOnlyError, "open for writing");
   }
   if (Status charged = charge_open(opener); !charged.is_ok()) {
     return charged;
   }
-  auto opened = open_handle(id, flags, opener, kernel_reads);
+  auto opened = open_handle(id, flags, opener);
   if (!opened.is_ok()) {
     uncharge_open(opener);
     return opened;
@@ -326,8 +332,7 @@ Result<OpenResult> Filesystem::open(InodeId id, int flags, std::optional<uid_t> 
   return opened;
 }
 
-Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<uid_t> opener,
-                                           bool kernel_reads) {
+Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<uid_t> opener) {
   if (is_control(id)) {
     return open_control(id, flags, opener);
   }
@@ -335,7 +340,7 @@ Result<OpenResult> Filesystem::open_handle(InodeId id, int flags, std::optional<
   if (!path.is_ok()) {
     return path.status();
   }
-  auto file = engine_.open_file(path.value(), opener, kernel_reads);
+  auto file = engine_.open_file(path.value(), opener);
   if (!file.is_ok()) {
     if (file.error_code() == EACCES && geteuid() == 0) {
       // Root is refused by permissions only where the server maps it to nobody.

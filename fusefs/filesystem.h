@@ -134,11 +134,9 @@ class Filesystem {
   void releasedir(DirHandle* dir);
   // opener: the user opening it, whose streams the open may advance (prefetch/jobs.h), and
   // whom the handle is charged to (EMFILE past --max-opens-per-user), and who must be root or
-  // the daemon's own user to open .epochfs/verify (else EACCES). kernel_reads: the kernel
-  // reads a cached copy itself (passthrough; Engine::open_file).
+  // the daemon's own user to open .epochfs/verify (else EACCES).
   cachestore::Result<OpenResult> open(InodeId id, int flags,
-                                      std::optional<uid_t> opener = std::nullopt,
-                                      bool kernel_reads = false);
+                                      std::optional<uid_t> opener = std::nullopt);
   void release(FileHandle* file);
 
   // The open a read without a file handle is served from (--data-path no-open).
@@ -290,8 +288,7 @@ class Filesystem {
   };
 
   // open and opendir once the handle is charged.
-  cachestore::Result<OpenResult> open_handle(InodeId id, int flags, std::optional<uid_t> opener,
-                                             bool kernel_reads);
+  cachestore::Result<OpenResult> open_handle(InodeId id, int flags, std::optional<uid_t> opener);
   cachestore::Result<DirHandle*> open_listing(InodeId id);
   // Charges one open handle to opener (EMFILE past a limit); uncharge_open gives it back.
   cachestore::Status charge_open(std::optional<uid_t> opener);

@@ -151,7 +151,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, ENOSYS);
     return;
   }
-  auto opened = fs_of(req).open(ino, fi->flags, fuse_req_ctx(req)->uid, passthrough::active());
+  auto opened = fs_of(req).open(ino, fi->flags, fuse_req_ctx(req)->uid);
   if (!opened.is_ok()) {
     reply_status(req, opened.status());
     return;

@@ -252,8 +252,7 @@ Result<std::string> Engine::read_source(const OpenFile& file, int fd, size_t siz
       });
 }
 
-Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener,
-                                   bool kernel_reads) {
+Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<uid_t> opener) {
   const int64_t start = now_ns();
   OnExit timed([&] { open_latency_.record(now_ns() - start); });
   opens_.fetch_add(1, kRelaxed);
@@ -262,7 +261,7 @@ Result<OpenFile> Engine::open_file(const std::string& rel_path, std::optional<ui
   }
   const FileId id = registry_.id_of(rel_path);
   if (planner_->reads_by_blocks(id, opener)) {
-    return open_block_file(id, rel_path, kernel_reads);
+    return open_block_file(id, rel_path);
   }
   const auto stream = planner_->on_open(id, opener);
   const int stream_index = stream ? static_cast<int>(*stream) : -1;

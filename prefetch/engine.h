@@ -90,18 +90,19 @@ struct EngineOptions {
   // While the source is down, files with a copy of the version last checked are served it
   // (stale-if-error; always, with immutable). False: they fail like the others (--outage fail).
   bool serve_cached_in_outage = true;
+  // Whether the kernel reads cached copies itself now (passthrough), asked of the mount: a
+  // file a range order names is then better read from a whole copy than block by block
+  // through the daemon (Engine::join_blocks). Null: never.
+  bool (*kernel_reads)() = nullptr;
 };
 
 // The reads of one open of a file read by blocks (prefetch/blocks.h): its path, kept so that
 // a READ asks the registry only for its block's id, and the block last read, whose use was
 // counted.
 struct BlockReads {
-  BlockReads(std::string p, bool kernel) : path(std::move(p)), kernel_reads(kernel) {}
+  explicit BlockReads(std::string p) : path(std::move(p)) {}
 
   const std::string path;  // the file's, relative: its blocks' keys are made from it
-  // The kernel would read a whole copy itself (passthrough): one is made once every block is
-  // cached (Engine::join_blocks).
-  const bool kernel_reads;
   std::atomic<uint64_t> last_block{UINT64_MAX};
 };
 
@@ -165,11 +166,8 @@ class Engine final : public PrefetchSink {
   // Opens a regular file for reading, from the cache if a valid copy exists.
   // EISDIR/EINVAL for anything that is not a regular file.
   // opener: the user opening it; only their streams (and the mount's) follow the open.
-  // kernel_reads: the kernel reads a cached copy itself (passthrough), so a file a range
-  // order names is better read from a whole copy than block by block through the daemon.
   cachestore::Result<OpenFile> open_file(const std::string& rel_path,
-                                         std::optional<uid_t> opener = std::nullopt,
-                                         bool kernel_reads = false);
+                                         std::optional<uid_t> opener = std::nullopt);
 
   // The reader is done with file.
   void close_file(const OpenFile& file);
@@ -269,10 +267,13 @@ class Engine final : public PrefetchSink {
   cachestore::Result<std::shared_ptr<const HeldFds::Held>> copy_source(FileId file,
                                                                        const std::string& rel_path,
                                                                        bool shared);
-  // A file named by a range order, opened: from its whole copy if kernel_reads and one of the
-  // source's version is ready, else from the source, read block by block.
-  cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path,
-                                               bool kernel_reads);
+  // A file named by a range order, opened: from its whole copy if the kernel reads copies
+  // itself and one of the source's version is ready, else from the source, read block by block.
+  cachestore::Result<OpenFile> open_block_file(FileId id, const std::string& rel_path);
+
+  // EngineOptions::kernel_reads, asked now.
+  bool kernel_reads() const { return options_.kernel_reads != nullptr && options_.kernel_reads(); }
+
   // An open of a file read by blocks ends: if the kernel would read a whole copy itself, the
   // file has none, and was not tried just before (join_tried_), joins its blocks into one on
   // the stager (join_blocks).
@@ -432,8 +433,6 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> block_misses_{0};   // and from the source
   std::atomic<uint64_t> joined_copies_{0};  // whole copies joined from blocks (join_blocks)
   std::atomic<uint64_t> joined_bytes_{0};
-  // The last open of a file read by blocks could be read by the kernel (open_block_file).
-  std::atomic<bool> kernel_reads_{false};
   LatencyHistogram open_latency_;
   LatencyHistogram copy_latency_;
 };

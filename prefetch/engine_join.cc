@@ -22,28 +22,24 @@ using cachestore::FileVersion;
 using cachestore::OnExit;
 using cachestore::Result;
 
-Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path,
-                                         bool kernel_reads) {
-  if (kernel_reads_.load(std::memory_order_relaxed) != kernel_reads) {
-    kernel_reads_.store(kernel_reads, std::memory_order_relaxed);
-  }
+Result<OpenFile> Engine::open_block_file(FileId id, const std::string& rel_path) {
   auto file = open_source(id, rel_path, true);
   if (!file.is_ok()) {
     return file;
   }
-  if (kernel_reads) {
+  if (kernel_reads()) {
     // Of the version just opened: a copy of another is dropped.
     if (auto whole = cache_->open_copy(id, file.value().version)) {
       hits_.fetch_add(1, std::memory_order_relaxed);
       return OpenFile{std::move(*whole), file.value().version, id, true};
     }
   }
-  file.value().blocks = std::make_shared<BlockReads>(rel_path, kernel_reads);
+  file.value().blocks = std::make_shared<BlockReads>(rel_path);
   return file;
 }
 
 bool Engine::read_whole(FileId block) {
-  if (!kernel_reads_.load(std::memory_order_relaxed)) {
+  if (!kernel_reads()) {
     return false;
   }
   const std::string key = registry_.path_of(block);
@@ -54,9 +50,9 @@ bool Engine::read_whole(FileId block) {
 
 void Engine::join_when_whole(const OpenFile& file) {
   const int64_t now = cachestore::now_ns();
-  if (!stager_ || !file.blocks->kernel_reads || file.version.size <= 0 ||
-      join_refused_.recent(file.id, now) || join_tried_.marked(file.id, now) ||
-      cache_->contains(file.id) || flights_.claim(file.id) != Flights::Claim::kOwned) {
+  if (!stager_ || !kernel_reads() || file.version.size <= 0 || join_refused_.recent(file.id, now) ||
+      join_tried_.marked(file.id, now) || cache_->contains(file.id) ||
+      flights_.claim(file.id) != Flights::Claim::kOwned) {
     return;
   }
   auto job = [this, id = file.id, path = file.blocks->path, version = file.version] {
