@@ -14,7 +14,10 @@ import sys
 import tempfile
 
 CONTROL = ".epochfs"
-_CHUNK = 1 << 20  # bytes written per write() call
+_CHUNK = 1 << 20  # bytes written per write() call, at least
+# Lines joined at once: a loop over each line in Python cost ~0.2 us a line, 5 ms of a
+# 25,000-sample order published as an epoch starts.
+_BATCH = 4096
 # The daemon's names (#job, #manifest, #stream): 1 to 64 of these characters.
 NAME_MAX = 64
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
@@ -76,14 +79,8 @@ def write(root, name, header, lines, version, needs_format=PLAIN_FORMAT):
     path = os.path.join(root, CONTROL, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        piece, size = [], 0
-        for line in itertools.chain(header, lines):
-            piece.append(line)
-            size += len(line) + 1
-            if size >= _CHUNK:
-                _write_all(fd, piece)
-                piece, size = [], 0
-        _write_all(fd, piece)
+        for text in _texts(itertools.chain(header, lines)):
+            _write_all(fd, text)
     except OSError as e:  # a write over a limit of the daemon's: the close records why
         try:
             os.close(fd)
@@ -112,10 +109,23 @@ def write(root, name, header, lines, version, needs_format=PLAIN_FORMAT):
         raise refused(root, e, path) from None
 
 
-def _write_all(fd, lines):
-    if not lines:
-        return
-    data = memoryview(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+def _texts(lines):
+    """The lines as text, _CHUNK bytes or more a piece but the last."""
+    texts, size = [], 0
+    while True:
+        batch = list(itertools.islice(lines, _BATCH))
+        if batch:
+            texts.append("\n".join(batch) + "\n")
+            size += len(texts[-1])
+        if texts and (size >= _CHUNK or not batch):
+            yield "".join(texts)
+            texts, size = [], 0
+        if not batch:
+            return
+
+
+def _write_all(fd, text):
+    data = memoryview(text.encode("utf-8", "surrogateescape"))
     while data:
         data = data[os.write(fd, data):]
 

@@ -72,3 +72,24 @@ def test_absolute_paths_are_written_as_relpath_would_write_them(fake_mount):
     want = [p if not os.path.isabs(os.fsdecode(p)) else os.path.relpath(os.fsdecode(p), root)
             for p in order]
     assert entries == want
+
+
+def test_a_long_order_is_written_whole_a_megabyte_or_more_a_write(fake_mount, monkeypatch):
+    # Lines are joined in batches: each write but the last carries 1 MiB or more, and no line
+    # is lost or split at a batch's edge.
+    sizes = []
+    real_write = os.write
+
+    def recording_write(fd, data):
+        sizes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    order = ["d%d/f%d.jpg" % (i % 97, i) for i in range(300_000)]  # ~4.4 MB
+    epochfs.publish(fake_mount.path, order, epoch=0)
+    monkeypatch.undo()
+    (header, entries), = fake_mount.orders()
+    assert "#count 300000" in header
+    assert entries == order
+    assert len(sizes) > 2
+    assert all(size >= 1 << 20 for size in sizes[:-1])
