@@ -103,8 +103,8 @@ void Engine::join_blocks(FileId id, const std::string& rel_path, const FileVersi
   }
   auto hash = copied.is_ok() ? cachestore::hash_fd(staging->fd(), size) : Result<uint64_t>(copied);
   if (!hash.is_ok()) {
-    // Whatever failed (a cache filesystem without copy_file_range, a damaged block) would
-    // fail again at the next close: held off as a file with no room is.
+    // What failed may fail the same way at every close (a cache filesystem without
+    // copy_file_range): held off as a file with no room is.
     join_refused_.marked(id, cachestore::now_ns());
     drop_staging(std::move(*staging), hash.status(), cache_fault, "joining the blocks of",
                  rel_path);
