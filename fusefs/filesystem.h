@@ -201,8 +201,8 @@ class Filesystem {
     return engine_.block_slice(file.file, size, off, reader);
   }
 
-  void block_slice_done(const prefetch::Engine::BlockSlice& slice, bool sent) {
-    engine_.block_slice_done(slice, sent);
+  void block_slice_done(const prefetch::Engine::BlockSlice& slice, bool read) {
+    engine_.block_slice_done(slice, read);
   }
 
   // The guard of calls into the source; the FUSE layer wakes it when a request is interrupted.

@@ -121,16 +121,22 @@ CopyRead reply_from_copy(fuse_req_t req, int fd, size_t expected, off_t off) {
 // EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
 // the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
 // replying from the copy's fd instead would hand its error or short read to the reader.
-CopyRead reply_copy_buffered(fuse_req_t req, int fd, size_t expected, off_t off) {
+// expected bytes of fd from off, read into the worker's buffer; nullptr if the copy failed.
+const char* read_copy_buffered(int fd, size_t expected, off_t off) {
   thread_local std::vector<char> buffer;
   if (buffer.size() < expected) {
     buffer.resize(expected);  // at most one read's size (max_read) per worker
   }
   auto got = cachestore::pread_full(fd, buffer.data(), expected, off, "cached copy");
-  if (!got.is_ok() || got.value() != expected) {
+  return got.is_ok() && got.value() == expected ? buffer.data() : nullptr;
+}
+
+CopyRead reply_copy_buffered(fuse_req_t req, int fd, size_t expected, off_t off) {
+  const char* data = read_copy_buffered(fd, expected, off);
+  if (data == nullptr) {
     return CopyRead::kFailed;
   }
-  fuse_reply_buf(req, buffer.data(), expected);
+  fuse_reply_buf(req, data, expected);
   return CopyRead::kSent;
 }
 
@@ -168,11 +174,14 @@ void reply_blocks(fuse_req_t req, DataOpen& file, size_t size, off_t off) {
   Filesystem& fs = fs_of(req);
   const uid_t reader = fuse_req_ctx(req)->uid;
   if (auto slice = fs.block_slice(file, size, off, reader)) {
-    const auto watch = fs.watch_copy_read();
-    const bool sent =
-        reply_copy_buffered(req, slice->copy->fd.get(), slice->len, slice->off) == CopyRead::kSent;
-    fs.block_slice_done(*slice, sent);
-    if (sent) {
+    const char* data = nullptr;
+    {
+      const auto watch = fs.watch_copy_read();
+      data = read_copy_buffered(slice->copy->fd.get(), slice->len, slice->off);
+    }
+    fs.block_slice_done(*slice, data != nullptr);
+    if (data != nullptr) {
+      fuse_reply_buf(req, data, slice->len);
       return;
     }
   }

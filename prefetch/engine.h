@@ -193,9 +193,10 @@ class Engine final : public PrefetchSink {
 
   std::optional<BlockSlice> block_slice(const OpenFile& file, size_t size, off_t off,
                                         std::optional<uid_t> reader);
-  // The slice was sent, or (sent false) its copy failed: the copy is dropped as damaged and
-  // the caller reads with read_blocks instead.
-  void block_slice_done(const BlockSlice& slice, bool sent);
+  // The slice was read from its copy, to be sent next (counted now, so that a reader who asks
+  // the stats after its read sees it), or (read false) its copy failed: the copy is dropped
+  // as damaged and the caller reads with read_blocks instead.
+  void block_slice_done(const BlockSlice& slice, bool read);
 
   // Reading file's cached copy failed (an I/O error, or the copy ended early): drops the copy
   // as damaged (call once per open), then source_instead_of_copy opens the source at the same

@@ -127,8 +127,8 @@ std::optional<Engine::BlockSlice> Engine::block_slice(const OpenFile& file, size
                     static_cast<size_t>(end - start)};
 }
 
-void Engine::block_slice_done(const BlockSlice& slice, bool sent) {
-  if (sent) {
+void Engine::block_slice_done(const BlockSlice& slice, bool read) {
+  if (read) {
     block_hits_.fetch_add(1, kRelaxed);
     bytes_from_cache_.fetch_add(slice.len, kRelaxed);
     return;
