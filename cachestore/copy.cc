@@ -1,6 +1,7 @@
 #include "cachestore/copy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,22 @@ namespace epochfs::cachestore {
 namespace {
 
 constexpr size_t kChunk = 256 << 10;
+// A copy asks for this much of its source ahead of its reads, in pieces of kAskPiece: each
+// piece is a read the kernel starts at once (POSIX_FADV_WILLNEED), so a block's reads wait
+// for the source's latency together rather than one after another (docs/benchmarks.md,
+// "Single-file datasets"). The kernel starts at most its readahead window (128 KiB on FUSE)
+// per call.
+constexpr uint64_t kAskAhead = 1 << 20;
+constexpr uint64_t kAskPiece = 128 << 10;
+
+// Asks the kernel to read fd's bytes [*asked, until) ahead; *asked becomes until.
+void ask_ahead(int fd, uint64_t* asked, uint64_t until) {
+  while (*asked < until) {
+    const uint64_t len = std::min(kAskPiece, until - *asked);
+    ::posix_fadvise(fd, static_cast<off_t>(*asked), static_cast<off_t>(len), POSIX_FADV_WILLNEED);
+    *asked += len;
+  }
+}
 
 // Chunk buffers shared by the copy threads, so that a buffer's pages are faulted in (and zeroed
 // by the kernel) once, at its first use. A buffer per thread was faulted in again by nearly
@@ -73,7 +90,11 @@ Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::s
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   Status failure;
+  // One chunk's read is left to the kernel's own readahead: a typical sample's copy makes no
+  // extra call.
+  uint64_t asked = size > kChunk ? start : start + size;
   for (uint64_t off = 0; off < size && failure.is_ok();) {
+    ask_ahead(fd, &asked, start + std::min(size, off + kAskAhead));
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
     auto got = pread_full(fd, buf.get(), want, static_cast<off_t>(start + off), what);
     if (!got.is_ok() || got.value() < want) {

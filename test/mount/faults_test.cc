@@ -158,6 +158,8 @@ TEST_CASE("a failed read of a block's source drops the file's shared open",
           "[mount][faults][ranges]") {
   // Copies of one file's blocks share one open of it (Engine::block_sources_). After a read
   // through it fails, the next block's copy opens the file again: the open may be what broke.
+  // Every read fails while the rule holds: a copy asks for its block ahead of its reads, and a
+  // read ahead that fails is only tried again by the copy's own read.
   constexpr uint64_t kBlock = uint64_t{1} << 20;
   constexpr int kBlocks = 6;
   TempDir dir;
@@ -169,20 +171,19 @@ TEST_CASE("a failed read of a block's source drops the file's shared open",
   std::ofstream(dir / "data/data.bin", std::ios::binary) << bytes;
   FaultFs faults(dir / "data", dir / "faulty");
   Mount mount(faults.path(), dir / "mnt", {"--stage-threads", "1", "--lookahead", "64"});
-  faults.set_rules("read /data.bin errno=EIO count=1\n");
+  faults.set_rules("read /data.bin errno=EIO\n");
   std::string order = "#form ranges\n";
   for (int b = 0; b < kBlocks; ++b) {
     order += std::to_string(b * kBlock + 10) + " 100 data.bin\n";
   }
   REQUIRE(publish(mount, order) == 0);
   wait_for_staging(mount);
-  CHECK(faults.injected() == 1);
-  // One copy at a time: one open before the failure, one after (two more if a copy ran past
-  // the shared open's one-second life).
-  const uint64_t opens = counter(faults.stats(), "/data.bin", "opens");
-  CHECK(opens >= 2);
-  CHECK(opens <= 4);
-  CHECK(stat_of(mount, "cache.files_cached") == kBlocks - 1);  // all but the failed block
+  CHECK(faults.injected() >= kBlocks);
+  CHECK(stat_of(mount, "cache.files_cached") == 0);
+  // One copy at a time, each after a failure: each opened the file again (one open, or two
+  // past the shared open's one-second life, without the drop).
+  CHECK(counter(faults.stats(), "/data.bin", "opens") >= kBlocks);
+  faults.set_rules("");
   CHECK(read_file(mount / "data.bin") == bytes);
 }
 
