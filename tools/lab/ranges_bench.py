@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from dataloader import LocalDisk
@@ -133,6 +134,36 @@ def source_bytes(mnt):
     return s["bytes_from_source"] + s["cache"]["bytes_staged"] - s["joined_bytes"]
 
 
+class StagingWatch:
+    """When the epoch's last copy landed: the cache's file count, polled every 10 ms."""
+
+    def __init__(self, mnt, start):
+        self._mnt, self._start, self._done = mnt, start, threading.Event()
+        self._last = (stats(mnt)["cache"]["files_cached"], time.monotonic())
+        self._thread = threading.Thread(target=self._poll)
+        self._thread.start()
+
+    def _poll(self):
+        while not self._done.wait(0.01):
+            cached = stats(self._mnt)["cache"]["files_cached"]
+            if cached != self._last[0]:
+                self._last = (cached, time.monotonic())
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+        return self._last[1] - self._start
+
+
+def wait_for_copies(mnt):
+    """Until the order's copies are made: some file cached, none queued or in flight."""
+    while True:
+        cache = stats(mnt)["cache"]
+        if cache["files_cached"] > 0 and cache["copies_queued"] + cache["copies_in_flight"] == 0:
+            return
+        time.sleep(0.002)
+
+
 def run_epochs(a, path, *, mnt=None, source_path=None):
     rows = []
     for e in range(a.epochs):
@@ -148,13 +179,19 @@ def run_epochs(a, path, *, mnt=None, source_path=None):
                     mnt, ranges_of(a.format, source_path, path, range(a.rows), merge=False))
             epochfs.publish(mnt, order, epoch=e)
         published = time.monotonic() - start
-        reader = Reader(a.format, path)
-        for i in order:
-            reader.read(i)
-        reader.close()
+        watch = StagingWatch(mnt, start) if mnt and a.timeline else None
+        if mnt and a.stage_only:
+            wait_for_copies(mnt)
+        else:
+            reader = Reader(a.format, path)
+            for i in order:
+                reader.read(i)
+            reader.close()
         seconds = time.monotonic() - start
         row = {"epoch": e + 1, "seconds": seconds, "samples_per_s": a.rows / seconds,
                "publish_seconds": published}
+        if watch:
+            row["staged_seconds"] = watch.stop()
         if mnt:
             row["source_bytes"] = source_bytes(mnt) - before
         rows.append(row)
@@ -213,10 +250,16 @@ def main():
     ap.add_argument("--open-ms", type=float, default=2)
     ap.add_argument("--read-ms", type=float, default=1)
     ap.add_argument("--mbs", type=float, default=200)
+    ap.add_argument("--max-background", type=int, default=0,
+                    help="reads the kernel sends the source ahead at once (slowfs; 0: 12)")
     ap.add_argument("--publish", choices=("ranges", "indices"), default="indices",
                     help="ranges: each epoch's ranges (publish_ranges); indices: a manifest of "
                     "every sample's range before epoch 1, then each epoch's indices")
     ap.add_argument("--data-path", default="classic", help="the mounts' --data-path")
+    ap.add_argument("--stage-only", action="store_true",
+                    help="mounts read nothing: each epoch is its publish and copies")
+    ap.add_argument("--timeline", action="store_true",
+                    help="record when each epoch's last copy landed (staged_seconds)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every figure to this file")
     a = ap.parse_args()
@@ -234,7 +277,8 @@ def main():
                         os.path.join(disk.mount, "data")], check=True)
         slowfs = Daemon([os.path.join(a.build, "bin", "epochfs-slowfs"), served, dirs["shared"],
                          "--latency-ms", str(a.read_ms), "--open-latency-ms", str(a.open_ms),
-                         "--bandwidth-mbs", str(a.mbs)], dirs["shared"])
+                         "--bandwidth-mbs", str(a.mbs), "--max-background",
+                         str(a.max_background)], dirs["shared"])
         results = {}
         try:
             for name in a.runs.split(","):
