@@ -149,17 +149,40 @@ std::vector<Sample> samples_in_every_block(uint64_t size, uint32_t seed) {
   return samples;
 }
 
+// A mount with passthrough whose data.bin, six blocks with the last short, has every block
+// cached by a range order of samples in each.
+struct SixBlocksCached {
+  static constexpr uint64_t kSize = 5 * kBlock + 777;
+
+  SixBlocksCached(uint32_t seed, const std::vector<std::string>& more_args = {})
+      : bytes(make_big_file(dir / "src/data.bin", kSize, seed)),
+        mount(dir / "src", dir / "mnt", with_passthrough(more_args)),
+        samples(samples_in_every_block(kSize, seed + 1)) {
+    REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+    wait_for_staging(mount);
+    REQUIRE(stat_of(mount, "cache.files_cached") == 6);
+  }
+
+  static std::vector<std::string> with_passthrough(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--data-path", "passthrough"});
+    return args;
+  }
+
+  TempDir dir;
+  const std::string bytes;
+  Mount mount;
+  const std::vector<Sample> samples;
+};
+
 TEST_CASE("with passthrough a file whose blocks are all cached is read from a copy of it whole",
           "[mount][ranges]") {
   SKIP_WITHOUT_PASSTHROUGH();
-  TempDir dir;
-  constexpr uint64_t kSize = 5 * kBlock + 777;  // six blocks, the last short
-  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 31);
-  Mount mount(dir / "src", dir / "mnt", {"--data-path", "passthrough"});
-  const auto samples = samples_in_every_block(kSize, 32);
-  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
-  wait_for_staging(mount);
-  REQUIRE(stat_of(mount, "cache.files_cached") == 6);
+  SixBlocksCached six(31);
+  constexpr uint64_t kSize = SixBlocksCached::kSize;
+  const std::string& bytes = six.bytes;
+  const auto& samples = six.samples;
+  Mount& mount = six.mount;
+  TempDir& dir = six.dir;
   // Read by blocks; its close joins them.
   CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
   REQUIRE(wait_for_stat(mount, "joined_copies", 1) == 1);
@@ -188,15 +211,10 @@ TEST_CASE("with passthrough a file whose blocks are all cached is read from a co
 
 TEST_CASE("a whole copy is joined from blocks only into free room", "[mount][ranges]") {
   SKIP_WITHOUT_PASSTHROUGH();
-  TempDir dir;
-  constexpr uint64_t kSize = 5 * kBlock + 777;
-  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 34);
-  // Room for the blocks, not for a second copy beside them.
-  Mount mount(dir / "src", dir / "mnt", {"--data-path", "passthrough", "--cache-size", "9M"});
-  const auto samples = samples_in_every_block(kSize, 35);
-  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
-  wait_for_staging(mount);
-  REQUIRE(stat_of(mount, "cache.files_cached") == 6);
+  SixBlocksCached six(34, {"--cache-size", "9M"});  // room for the blocks, not a second copy
+  const std::string& bytes = six.bytes;
+  const auto& samples = six.samples;
+  Mount& mount = six.mount;
   const double no_room = stat_of(mount, "cache.skipped_no_room");
   CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
   CHECK(wait_for_stat(mount, "cache.skipped_no_room", no_room + 1) == no_room + 1);
@@ -215,14 +233,10 @@ TEST_CASE("a whole copy is joined from blocks only into free room", "[mount][ran
 
 TEST_CASE("a join that fails commits nothing and the file is read right", "[mount][ranges]") {
   SKIP_WITHOUT_PASSTHROUGH();
-  TempDir dir;
-  constexpr uint64_t kSize = 5 * kBlock + 777;
-  const std::string bytes = make_big_file(dir / "src/data.bin", kSize, 36);
-  Mount mount(dir / "src", dir / "mnt", {"--data-path", "passthrough"});
-  const auto samples = samples_in_every_block(kSize, 37);
-  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
-  wait_for_staging(mount);
-  REQUIRE(stat_of(mount, "cache.files_cached") == 6);
+  SixBlocksCached six(36);
+  const std::string& bytes = six.bytes;
+  const auto& samples = six.samples;
+  Mount& mount = six.mount;
   // The last block's copy cut short behind the daemon: copying it into the whole copy fails.
   // Read samples of the other blocks only.
   REQUIRE(::truncate(block_object(mount, "data.bin", 5).c_str(), 0) == 0);
