@@ -117,11 +117,8 @@ CopyRead reply_from_copy(fuse_req_t req, int fd, size_t expected, off_t off) {
   return CopyRead::kSent;
 }
 
-// Answers a read of a cached copy through a buffer, when no pipe can be had (pipe2 refused,
-// EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
-// the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
-// replying from the copy's fd instead would hand its error or short read to the reader.
-// expected bytes of fd from off, read into the worker's buffer; nullptr if the copy failed.
+// expected bytes of fd from off, read into the worker's buffer; nullptr if the copy could not
+// give them.
 const char* read_copy_buffered(int fd, size_t expected, off_t off) {
   thread_local std::vector<char> buffer;
   if (buffer.size() < expected) {
@@ -131,6 +128,10 @@ const char* read_copy_buffered(int fd, size_t expected, off_t off) {
   return got.is_ok() && got.value() == expected ? buffer.data() : nullptr;
 }
 
+// Answers a read of a cached copy through a buffer, when no pipe can be had (pipe2 refused,
+// EMFILE, or a pipe the kernel would not grow past an unprivileged user's limit). As through
+// the pipe, kFailed with nothing sent if the copy could not give the bytes its version has:
+// replying from the copy's fd instead would hand its error or short read to the reader.
 CopyRead reply_copy_buffered(fuse_req_t req, int fd, size_t expected, off_t off) {
   const char* data = read_copy_buffered(fd, expected, off);
   if (data == nullptr) {

@@ -257,7 +257,8 @@ def main():
                     "every sample's range before epoch 1, then each epoch's indices")
     ap.add_argument("--data-path", default="classic", help="the mounts' --data-path")
     ap.add_argument("--stage-only", action="store_true",
-                    help="mounts read nothing: each epoch is its publish and copies")
+                    help="mounts read nothing: each epoch waits until a file is cached and no "
+                    "copy is queued or in flight (epoch 1: its publish and copies)")
     ap.add_argument("--timeline", action="store_true",
                     help="record when each epoch's last copy landed (staged_seconds)")
     ap.add_argument("--seed", type=int, default=0)
