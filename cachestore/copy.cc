@@ -82,8 +82,10 @@ ChunkBuffers& chunk_buffers() {
 
 // Reads size bytes of fd from start on in 256 KiB chunks (a typical ~110 KB sample in one
 // read), hashes them with XXH3-64 and hands each chunk to sink. A read error, or the file
-// ending early (EIO), stops it; so does a sink error.
+// ending early (EIO), stops it; so does a sink error. read_ahead is for a source: a cached
+// copy read back is in the page cache or on local disk, where asking ahead only costs calls.
 Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::string& what,
+                             bool read_ahead,
                              const std::function<Status(const char*, size_t)>& sink) {
   std::unique_ptr<char[]> buf = chunk_buffers().take();
   OnExit given([&] { chunk_buffers().give(std::move(buf)); });
@@ -92,7 +94,7 @@ Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::s
   Status failure;
   // One chunk's read is left to the kernel's own readahead: a typical sample's copy makes no
   // extra call.
-  uint64_t asked = size > kChunk ? start : start + size;
+  uint64_t asked = read_ahead && size > kChunk ? start : start + size;
   for (uint64_t off = 0; off < size && failure.is_ok();) {
     ask_ahead(fd, &asked, start + std::min(size, off + kAskAhead));
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
@@ -117,22 +119,24 @@ Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::s
 }  // namespace
 
 Result<uint64_t> hash_fd(int fd, uint64_t size) {
-  return hash_chunks(fd, 0, size, "cached copy", [](const char*, size_t) { return Status::ok(); });
+  return hash_chunks(fd, 0, size, "cached copy", /*read_ahead=*/false,
+                     [](const char*, size_t) { return Status::ok(); });
 }
 
 Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
                            const std::function<void()>& progress, uint64_t source_offset) {
   *cache_fault = false;
-  return hash_chunks(
-      source_fd, source_offset, staging.size(), "source", [&](const char* data, size_t len) {
-        const DiskWatch::Op op = staging.watch_io();
-        Status written = write_all(staging.fd(), std::string_view(data, len), "cache copy");
-        *cache_fault = !written.is_ok();
-        if (written.is_ok() && progress) {
-          progress();
-        }
-        return written;
-      });
+  const auto write = [&](const char* data, size_t len) {
+    const DiskWatch::Op op = staging.watch_io();
+    Status written = write_all(staging.fd(), std::string_view(data, len), "cache copy");
+    *cache_fault = !written.is_ok();
+    if (written.is_ok() && progress) {
+      progress();
+    }
+    return written;
+  };
+  return hash_chunks(source_fd, source_offset, staging.size(), "source", /*read_ahead=*/true,
+                     write);
 }
 
 Status copy_range(int from_fd, uint64_t from_offset, Staging& staging, uint64_t to_offset,
