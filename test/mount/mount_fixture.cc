@@ -170,12 +170,24 @@ SlowSource::SlowSource(const std::string& source, const std::string& mountpoint,
   }
 }
 
-uint64_t SlowSource::opens(const std::string& rel_path) const {
-  const std::string path = rel_path.empty() ? mountpoint_ : mountpoint_ + "/" + rel_path;
+namespace {
+
+uint64_t counter_of(const std::string& path, const char* name) {
   char buf[32] = {};
-  const ssize_t n = ::getxattr(path.c_str(), "user.slowfs.opens", buf, sizeof(buf) - 1);
+  const ssize_t n = ::getxattr(path.c_str(), name, buf, sizeof(buf) - 1);
   REQUIRE(n > 0);
   return std::stoull(std::string(buf, static_cast<size_t>(n)));
+}
+
+}  // namespace
+
+uint64_t SlowSource::opens(const std::string& rel_path) const {
+  return counter_of(rel_path.empty() ? mountpoint_ : mountpoint_ + "/" + rel_path,
+                    "user.slowfs.opens");
+}
+
+uint64_t SlowSource::most_reads() const {
+  return counter_of(mountpoint_, "user.slowfs.most_reads");
 }
 
 FaultFs::FaultFs(const std::string& source, const std::string& mountpoint)

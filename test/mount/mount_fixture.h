@@ -82,6 +82,9 @@ class SlowSource {
   // Times rel_path was opened on this source ("" for all files).
   uint64_t opens(const std::string& rel_path = "") const;
 
+  // The most read requests that waited for their replies at once.
+  uint64_t most_reads() const;
+
  private:
   std::string mountpoint_;
   tools::MountedDaemon daemon_;

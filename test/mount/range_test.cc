@@ -284,6 +284,25 @@ TEST_CASE("copies of one file's blocks share its open on the source", "[mount][r
   CHECK(stat_of(mount, "block_hits") == kBlocks);
 }
 
+TEST_CASE("a block's copy asks for its source's reads ahead of them", "[mount][ranges]") {
+  // Read one chunk at a time, a block's copy waited for the source's latency once per
+  // kernel readahead window, one after another. One copy at a time, so that every read
+  // waiting at once is one copy's.
+  constexpr uint64_t kBlocks = 3;
+  TempDir dir;
+  make_big_file(dir / "src/data.bin", kBlocks * kBlock, 10);
+  SlowSource slow(dir / "src", dir / "slow", 5);
+  Mount mount(slow.path(), dir / "mnt", {"--stage-threads", "1", "--lookahead", "64"});
+  std::vector<Sample> samples;
+  for (uint64_t b = 0; b < kBlocks; ++b) {
+    samples.push_back({b * kBlock + 1000, 4096});
+  }
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  wait_for_staging(mount);
+  CHECK(stat_of(mount, "cache.files_cached") == kBlocks);
+  CHECK(slow.most_reads() >= 6);
+}
+
 TEST_CASE("a read spanning two blocks is a use of the block holding its middle only",
           "[mount][ranges]") {
   // The kernel reads around a page fault, 128 KiB centred on it: near a block's end, that
