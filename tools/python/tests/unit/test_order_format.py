@@ -2,6 +2,7 @@
 package writes is refused before anything is written."""
 
 import os
+import pathlib
 
 import pytest
 
@@ -93,3 +94,17 @@ def test_a_long_order_is_written_whole_a_megabyte_or_more_a_write(fake_mount, mo
     assert entries == order
     assert len(sizes) > 2
     assert all(size >= 1 << 20 for size in sizes[:-1])
+
+
+def test_ranges_are_written_alike_from_ints_numpy_integers_and_path_objects(fake_mount):
+    numpy = pytest.importorskip("numpy")
+    a = os.path.join(fake_mount.path, "a.bin")
+    ranges = [(a, 0, 10), ("b.bin", 2**40, 4096), (a, 7, 1), (a, 9, 3)]
+    epochfs.publish_ranges(fake_mount.path, ranges, epoch=0)
+    epochfs.publish_ranges(fake_mount.path, [
+        (pathlib.Path(p), numpy.int64(o), numpy.uint32(n)) for p, o, n in ranges], epoch=0)
+    written = fake_mount.orders()
+    assert [entries for _, entries in written] == [
+        ["0 10 a.bin", "1099511627776 4096 b.bin", "7 1 a.bin", "9 3 a.bin"]] * 2
+    with pytest.raises(ValueError, match="offset >= 0"):
+        epochfs.publish_ranges(fake_mount.path, [(a, 0, 10), (a, -1, 10)], epoch=0)
