@@ -8,13 +8,13 @@ namespace epochfs::fusefs {
 
 using cachestore::MutexLock;
 
-InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names)
-    : names_(names), root_key_{root_st.st_dev, root_st.st_ino} {
-  static_assert(sizeof(Inode) == 40);
+InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names) : names_(names) {
+  static_assert(sizeof(Inode) == 32);
   const FileId root = names_.id_of("");
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
-  const InodeId id = add_node_locked(Found{root_key_, FileVersion{}, S_IFDIR}, root);
+  const InodeId id =
+      add_node_locked(Found{key_of(FileVersion::of(root_st)), FileVersion{}, S_IFDIR}, root);
   if (id != kRootInodeId) {
     abort();  // the first slot of a new table is 1, generation 0: FUSE's root id
   }
@@ -23,12 +23,14 @@ InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names
 
 InodeId InodeTable::add_reference(const struct stat& st, const std::string& path,
                                   const NamesFile& names_file) {
-  const Found found{Key{st.st_dev, st.st_ino}, FileVersion::of(st),
-                    static_cast<uint16_t>(st.st_mode & S_IFMT)};
+  const FileVersion version = FileVersion::of(st);
+  const auto type = static_cast<uint16_t>(st.st_mode & S_IFMT);
   const FileId name = names_.id_of(path);
   std::optional<FileId> other;  // the node's other name, to be checked in the source
+  Found found{};
   {
     MutexLock lock(mu_);
+    found = Found{key_of(version), version, type};
     FileId to_check = kNoName;
     if (auto id = reuse_locked(found, name, nullptr, &to_check)) {
       return *id;
@@ -63,7 +65,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
     add_one(inode);
     return id;
   }
-  if (inode.type != found.type) {
+  if (inode.type != type_bits(found.type)) {
     return std::nullopt;  // another file
   }
   if (found.type == S_IFDIR) {
@@ -81,7 +83,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
   // led to it). Under another name, only a hard link (the node's name still leads to the file)
   // shares the node; a file can have several names in the kernel, so a renamed file, or a new
   // file with a deleted one's number, gets a new node and the old name keeps the old path.
-  if (!inode.saw(found.version)) {
+  if (!inode.saw(found.key, found.version)) {
     return std::nullopt;
   }
   if (inode.path != path && (linked == nullptr || *linked != inode.path)) {
@@ -99,9 +101,15 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
 InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
   by_key_.make_room();  // then nothing below throws
   const uint32_t n = free_slot_locked();
-  free_.pop_back();
   Inode& inode = slot(n);
-  inode = Inode{found.key, path, 1, found.version.digest(), found.type, false, inode.generation};
+  free_head_ = inode.path;
+  inode.ino = found.key.ino;
+  inode.device = found.key.device;
+  inode.path = path;
+  inode.nlookup = 1;
+  inode.seen = found.version.digest();
+  inode.type = type_bits(found.type);
+  inode.opened = false;
   ++chunks_[n / kChunkSlots].live;
   // An older node of the key lives on until the kernel forgets it, but lookups find this one.
   const uint64_t hash = hash_of(found.key);
@@ -127,7 +135,7 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
   }
   if (inode->nlookup == 0) {
     // Not from the index if a newer node of a changed file took the key.
-    by_key_.erase(static_cast<uint32_t>(id), hash_of(inode->key));
+    by_key_.erase(static_cast<uint32_t>(id), hash_of(inode->key()));
     free_locked(static_cast<uint32_t>(id));
   }
   return true;
@@ -135,7 +143,8 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
 
 std::optional<InodeId> InodeTable::node_of(const FileVersion& v) const {
   MutexLock lock(mu_);
-  const uint32_t n = newest_slot(Key{static_cast<dev_t>(v.dev), v.ino});
+  const std::optional<Key> key = known_key_of(v);
+  const uint32_t n = key ? newest_slot(*key) : cachestore::IdIndex::kNone;
   if (n == cachestore::IdIndex::kNone) {
     return std::nullopt;
   }
@@ -162,11 +171,13 @@ bool InodeTable::note_version(InodeId id, const FileVersion& version) {
     return false;
   }
   Inode& inode = *found;
-  // An open that found another file (the key differs) counts as a change, now and at the next
-  // open: the kernel drops pages it need not have, never keeps ones it should drop.
-  const bool unchanged = inode.opened && inode.saw(version);
+  // An open that found another file (the key differs, or its device is new) counts as a
+  // change, now and at the next open: the kernel drops pages it need not have, never keeps
+  // ones it should drop.
+  const Key key = known_key_of(version).value_or(Key{kMaxDevices, 0});
+  const bool unchanged = inode.opened && inode.saw(key, version);
   inode.opened = true;
-  inode.see(version);
+  inode.see(key, version);
   return unchanged;
 }
 
@@ -217,12 +228,26 @@ InodeTable::Inode* InodeTable::find_locked(InodeId id) {
 uint32_t InodeTable::newest_slot(const Key& key) const {
   // Called by find within this call, with mu_ held.
   return by_key_.find(hash_of(key),
-                      [&](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { return slot(n).key == key; });
+                      [&](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { return slot(n).key() == key; });
+}
+
+InodeTable::Key InodeTable::key_of(const FileVersion& v) {
+  const auto dev = static_cast<dev_t>(v.dev);
+  auto [it, added] = devices_.try_emplace(dev, static_cast<uint32_t>(devices_.size()));
+  return Key{std::min(it->second, kMaxDevices - 1), v.ino};
+}
+
+std::optional<InodeTable::Key> InodeTable::known_key_of(const FileVersion& v) const {
+  auto it = devices_.find(static_cast<dev_t>(v.dev));
+  if (it == devices_.end()) {
+    return std::nullopt;
+  }
+  return Key{std::min(it->second, kMaxDevices - 1), v.ino};
 }
 
 uint32_t InodeTable::free_slot_locked() {
-  if (!free_.empty()) {
-    return free_.back();
+  if (free_head_ != cachestore::IdIndex::kNone) {
+    return free_head_;
   }
   // A chunk given back is made again before a new one, so that slot numbers stay low.
   size_t c = 0;
@@ -232,7 +257,6 @@ uint32_t InodeTable::free_slot_locked() {
   if (c == chunks_.size()) {
     chunks_.reserve(c + 1);
   }
-  free_.reserve((chunks_.size() + 1) * kChunkSlots);
   auto slots = std::make_unique<Inode[]>(kChunkSlots);  // all free: no references
   if (c == chunks_.size()) {
     chunks_.emplace_back();
@@ -243,10 +267,11 @@ uint32_t InodeTable::free_slot_locked() {
   for (uint32_t i = kChunkSlots; i-- > 0;) {
     chunk.slots[i].generation = chunk.next_generation;
     if (first + i != 0) {  // no node has id 0
-      free_.push_back(first + i);
+      chunk.slots[i].path = free_head_;
+      free_head_ = first + i;
     }
   }
-  return free_.back();
+  return free_head_;
 }
 
 void InodeTable::free_locked(uint32_t n) {
@@ -255,7 +280,8 @@ void InodeTable::free_locked(uint32_t n) {
   --chunks_[n / kChunkSlots].live;
   --size_;
   if (++inode.generation < kMaxGeneration) {
-    free_.push_back(n);  // within the capacity reserved for every slot made
+    inode.path = free_head_;
+    free_head_ = n;
   }
 }
 
@@ -263,27 +289,34 @@ void InodeTable::give_back_empty_chunks_locked() {
   bool gave = false;
   for (size_t c = 1; c < chunks_.size(); ++c) {  // not the root's
     Chunk& chunk = chunks_[c];
-    if (!chunk.slots || chunk.live != 0) {
-      continue;
+    if (chunk.slots && chunk.live == 0) {
+      for (uint32_t i = 0; i < kChunkSlots; ++i) {
+        chunk.next_generation = std::max(chunk.next_generation, chunk.slots[i].generation);
+      }
+      gave = true;
     }
-    for (uint32_t i = 0; i < kChunkSlots; ++i) {
-      chunk.next_generation = std::max(chunk.next_generation, chunk.slots[i].generation);
-    }
-    chunk.slots.reset();
-    gave = true;
   }
-  if (gave) {
-    // Called by erase_if within this call, with mu_ held.
-    std::erase_if(free_, [this](uint32_t n)
-                             NO_THREAD_SAFETY_ANALYSIS { return !chunks_[n / kChunkSlots].slots; });
-    size_t made = 0;
-    for (const Chunk& chunk : chunks_) {
-      made += chunk.slots ? kChunkSlots : 0;
+  if (!gave) {
+    return;
+  }
+  // Unlinks the free slots of the chunks given back (before their memory goes), keeping the
+  // others' order. The lambda is called within this call, with mu_ held.
+  const auto going = [this](uint32_t n) NO_THREAD_SAFETY_ANALYSIS {
+    const Chunk& chunk = chunks_[n / kChunkSlots];
+    return n >= kChunkSlots && chunk.live == 0;
+  };
+  uint32_t* link = &free_head_;
+  while (*link != cachestore::IdIndex::kNone) {
+    if (going(*link)) {
+      *link = slot(*link).path;
+    } else {
+      link = &slot(*link).path;
     }
-    std::vector<uint32_t> kept;
-    kept.reserve(made);  // what a forget may push back
-    kept.assign(free_.begin(), free_.end());
-    free_.swap(kept);
+  }
+  for (size_t c = 1; c < chunks_.size(); ++c) {
+    if (chunks_[c].live == 0) {
+      chunks_[c].slots.reset();
+    }
   }
 }
 

@@ -24,10 +24,11 @@
 // string, about 76 less for each of a million inodes the kernel may hold.
 //
 // Memory, because the kernel may hold a node for every file of an epoch (ImageNet: 1.28 M):
-// nodes are 40-byte slots (the version a node saw kept as its digest) in chunks of 1,024,
-// found by id without a map (an id is its slot's number and the slot's generation), and by
-// (st_dev, st_ino) through an IdIndex of slot numbers (cachestore/id_index.h): about 57
-// bytes a held node in all, where two node-based maps took about 140. A slot freed by forget
+// nodes are 32-byte slots (the version a node saw kept as its digest, the device as a number
+// of the table's) in chunks of 1,024, found by id without a map (an id is its slot's number
+// and the slot's generation), and by (st_dev, st_ino) through an IdIndex of slot numbers
+// (cachestore/id_index.h); free slots are a stack linked through the slots themselves: about
+// 45 bytes a held node in all, where two node-based maps took about 140. A slot freed by forget
 // serves again under its next generation, so no id is handed out twice: others key state by
 // node id (no-open's leases, control files' snapshots) and must never find an old file's
 // under a new file's id.
@@ -43,6 +44,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cachestore/file_version.h"
@@ -106,8 +108,10 @@ class InodeTable {
   uint64_t lookup_count(InodeId id) const;
 
  private:
+  // A file's identity: its inode number and its device, as an index in devices_ (a source
+  // spans few devices, so a node keeps 3 bytes for one instead of 8).
   struct Key {
-    dev_t dev;
+    uint32_t device;
     ino_t ino;
     bool operator==(const Key&) const = default;
   };
@@ -115,7 +119,7 @@ class InodeTable {
   // Mixed (splitmix64's finalizer): the index takes a slot from the low bits, and inode
   // numbers of one directory's files run in sequence.
   static uint64_t hash_of(const Key& k) {
-    uint64_t x = k.ino ^ (static_cast<uint64_t>(k.dev) * 0x9e3779b97f4a7c15ULL);
+    uint64_t x = k.ino ^ (static_cast<uint64_t>(k.device) * 0x9e3779b97f4a7c15ULL);
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
@@ -125,30 +129,39 @@ class InodeTable {
   using Stamp = uint64_t;
   static constexpr Stamp kNoVersion = 0;
 
-  // 40 bytes: a million of them is what the kernel may hold after one epoch of ImageNet.
+  // Devices past this many share the last index: their files' nodes are told apart by their
+  // versions (whose digests hold the device) and names, directories' not at all. A source
+  // mounts no such number of filesystems.
+  static constexpr uint32_t kMaxDevices = uint32_t{1} << 24;
+
+  // 32 bytes: a million of them is what the kernel may hold after one epoch of ImageNet.
   struct Inode {
-    Key key;
-    FileId path;  // in names_
-    // The kernel's references; one that reaches UINT32_MAX stays there (the node is kept for
-    // good rather than dropped while the kernel may still hold it). 0: a free slot.
-    uint32_t nlookup = 0;
+    ino_t ino = 0;
     // At the latest lookup or open, with the key. A file's node keeps one version (a changed
     // file gets a new node), so the version at its latest open is `seen` once `opened`.
     Stamp seen = kNoVersion;
-    uint16_t type = 0;  // st_mode & S_IFMT
-    bool opened = false;
+    FileId path = 0;  // in names_; a free slot: the next free slot (free_head_)
+    // The kernel's references; one that reaches UINT32_MAX stays there (the node is kept for
+    // good rather than dropped while the kernel may still hold it). 0: a free slot.
+    uint32_t nlookup = 0;
     uint32_t generation = 0;  // the slot's: the high half of its node's id
+    uint32_t device : 24 = 0;
+    uint32_t type : 4 = 0;  // st_mode's S_IFMT, shifted down
+    uint32_t opened : 1 = 0;
 
-    // Whether v is the version this node last saw.
-    bool saw(const FileVersion& v) const { return holds(v) && seen == v.digest(); }
+    Key key() const { return Key{device, ino}; }
 
-    // Records v as seen. Another file than the node's (an open that found the name replaced
-    // since its lookup) is recorded as no version, so that no later lookup or open takes the
-    // node, or the pages the kernel read for it, as that of an unchanged file.
-    void see(const FileVersion& v) { seen = holds(v) ? v.digest() : kNoVersion; }
+    // Whether the file of key, at version v, is what this node last saw.
+    bool saw(const Key& k, const FileVersion& v) const { return key() == k && seen == v.digest(); }
 
-    bool holds(const FileVersion& v) const { return key == Key{static_cast<dev_t>(v.dev), v.ino}; }
+    // Records v, of the file of key k, as seen. Another file than the node's (an open that
+    // found the name replaced since its lookup) is recorded as no version, so that no later
+    // lookup or open takes the node, or the pages the kernel read for it, as that of an
+    // unchanged file.
+    void see(const Key& k, const FileVersion& v) { seen = key() == k ? v.digest() : kNoVersion; }
   };
+
+  static uint32_t type_bits(uint16_t type) { return type >> 12; }
 
   // Slots, kChunkSlots to a chunk; a chunk all of whose slots are free may be given back (by
   // shrink_if_mostly_forgotten), and its slots' generations go on from the highest it used.
@@ -205,6 +218,10 @@ class InodeTable {
 
   // The slot of key's newest node, or IdIndex::kNone.
   uint32_t newest_slot(const Key& key) const REQUIRES(mu_);
+  // v's key, its device numbered if new; throws std::bad_alloc.
+  Key key_of(const FileVersion& v) REQUIRES(mu_);
+  // v's key if its device has a number.
+  std::optional<Key> known_key_of(const FileVersion& v) const REQUIRES(mu_);
   // A free slot, making (or making again) a chunk if there is none; throws std::bad_alloc.
   uint32_t free_slot_locked() REQUIRES(mu_);
   // Frees slot n (its node forgotten) for its next generation.
@@ -215,13 +232,13 @@ class InodeTable {
   prefetch::FileRegistry& names_;
   mutable cachestore::Mutex mu_;
   std::vector<Chunk> chunks_ GUARDED_BY(mu_);
-  // Free slots of the chunks made, a stack; its capacity covers them all, so that a forget
-  // (which cannot fail) never allocates.
-  std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  // The free slots of the chunks made, a stack linked through their path fields, so that a
+  // forget (which cannot fail) never allocates; IdIndex::kNone ends it.
+  uint32_t free_head_ GUARDED_BY(mu_) = cachestore::IdIndex::kNone;
+  std::unordered_map<dev_t, uint32_t> devices_ GUARDED_BY(mu_);  // device -> its number
   cachestore::IdIndex by_key_ GUARDED_BY(mu_);  // key -> the slot of its newest node
   size_t size_ GUARDED_BY(mu_) = 0;
   size_t peak_ GUARDED_BY(mu_) = 0;  // most nodes held since the last shrink
-  const Key root_key_;
 };
 
 }  // namespace epochfs::fusefs

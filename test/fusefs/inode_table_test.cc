@@ -69,6 +69,25 @@ TEST_CASE("one file reached by two names shares an entry", "[inode_table]") {
   CHECK(table.add_reference(make_stat(10, 2), "mnt/a") != a);
 }
 
+TEST_CASE("files are told apart by device, a device the table never saw included",
+          "[inode_table]") {
+  // A node keeps its device as a number the table gives each device it meets.
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2, 7), registry);
+  const InodeId a = table.add_reference(make_stat(10, 7), "a");
+  const InodeId b = table.add_reference(make_stat(10, 9), "mnt/b");
+  CHECK(a != b);
+  CHECK(table.node_of(FileVersion{0, 0, 0, 10, 7}) == a);
+  CHECK(table.node_of(FileVersion{0, 0, 0, 10, 9}) == b);
+  CHECK_FALSE(table.node_of(FileVersion{0, 0, 0, 10, 8}).has_value());  // never seen
+  const FileVersion at_a{0, 0, 0, 10, 7};
+  CHECK_FALSE(table.note_version(a, at_a));
+  CHECK(table.note_version(a, at_a));
+  // An open of a's name that found a file on a device no lookup met: another file.
+  CHECK_FALSE(table.note_version(a, FileVersion{0, 0, 0, 10, 8}));
+  CHECK_FALSE(table.note_version(a, at_a));
+}
+
 TEST_CASE("ids are not reused while the kernel holds them", "[inode_table]") {
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
