@@ -177,45 +177,48 @@ std::string blocks_order() {
   return order;
 }
 
+// A file of kBlocks blocks on faultfs with rules set, its blocks' order published through a
+// mount and staged, one copy at a time.
+struct BlocksStaged {
+  explicit BlocksStaged(const std::string& rules) {
+    faults.set_rules(rules);
+    REQUIRE(publish(mount, blocks_order()) == 0);
+    wait_for_staging(mount);
+  }
+
+  TempDir dir;
+  const std::string bytes = make_blocks_file(dir);
+  FaultFs faults{dir / "data", dir / "faulty"};
+  Mount mount{faults.path(), dir / "mnt", {"--stage-threads", "1", "--lookahead", "64"}};
+};
+
 TEST_CASE("a failed read of a block's source drops the file's shared open",
           "[mount][faults][ranges]") {
   // Copies of one file's blocks share one open of it (Engine::block_sources_). After a read
   // through it fails, the next block's copy opens the file again: the open may be what broke.
   // Every read fails while the rule holds: a copy asks for its block ahead of its reads, and a
   // read ahead that fails is only tried again by the copy's own read.
-  TempDir dir;
-  const std::string bytes = make_blocks_file(dir);
-  FaultFs faults(dir / "data", dir / "faulty");
-  Mount mount(faults.path(), dir / "mnt", {"--stage-threads", "1", "--lookahead", "64"});
-  faults.set_rules("read /data.bin errno=EIO\n");
-  REQUIRE(publish(mount, blocks_order()) == 0);
-  wait_for_staging(mount);
-  CHECK(faults.injected() >= kBlocks);
-  CHECK(stat_of(mount, "cache.files_cached") == 0);
+  BlocksStaged staged("read /data.bin errno=EIO\n");
+  CHECK(staged.faults.injected() >= kBlocks);
+  CHECK(stat_of(staged.mount, "cache.files_cached") == 0);
   // One copy at a time, each after a failure: each opened the file again (one open, or two
   // past the shared open's one-second life, without the drop).
-  const double opens = counter(faults.stats(), "/data.bin", "opens");
+  const double opens = counter(staged.faults.stats(), "/data.bin", "opens");
   CHECK(opens >= kBlocks);
   CHECK(opens <= kBlocks + 2);
-  faults.set_rules("");
-  CHECK(read_file(mount / "data.bin") == bytes);
+  staged.faults.set_rules("");
+  CHECK(read_file(staged.mount / "data.bin") == staged.bytes);
 }
 
 TEST_CASE("a single failed read ahead of a block's copy costs the copy nothing",
           "[mount][faults][ranges]") {
   // The first read of the file to reach the source is one the copy of block 0 asked for ahead
   // (cachestore::copy_into); the copy's own read of those bytes then reads them again.
-  TempDir dir;
-  const std::string bytes = make_blocks_file(dir);
-  FaultFs faults(dir / "data", dir / "faulty");
-  Mount mount(faults.path(), dir / "mnt", {"--stage-threads", "1", "--lookahead", "64"});
-  faults.set_rules("read /data.bin errno=EIO count=1\n");
-  REQUIRE(publish(mount, blocks_order()) == 0);
-  wait_for_staging(mount);
-  CHECK(faults.injected() == 1);
-  CHECK(stat_of(mount, "cache.copies_aborted") == 0);
-  CHECK(stat_of(mount, "cache.files_cached") == kBlocks);
-  CHECK(read_file(mount / "data.bin") == bytes);
+  BlocksStaged staged("read /data.bin errno=EIO count=1\n");
+  CHECK(staged.faults.injected() == 1);
+  CHECK(stat_of(staged.mount, "cache.copies_aborted") == 0);
+  CHECK(stat_of(staged.mount, "cache.files_cached") == kBlocks);
+  CHECK(read_file(staged.mount / "data.bin") == staged.bytes);
 }
 
 TEST_CASE("a copy that failed is made again at a later open", "[mount][faults]") {
