@@ -109,7 +109,7 @@ std::string Filesystem::run_verify() {
       report = engine_.verify_cache();
       for (FileId id : report.dropped) {
         const auto version = engine_.observed_version(id);
-        if (auto node = version ? inodes_.node_of(*version) : std::nullopt) {
+        if (auto node = version ? inodes_.node_of(engine_.file_of(id), *version) : std::nullopt) {
           nodes.push_back(*node);
         }
       }

@@ -14,7 +14,7 @@ InodeTable::InodeTable(const struct stat& root_st, prefetch::FileRegistry& names
   MutexLock lock(mu_);
   // The kernel never forgets the root; one reference keeps it for the life of the mount.
   const InodeId id =
-      add_node_locked(Found{key_of(FileVersion::of(root_st)), FileVersion{}, S_IFDIR}, root);
+      add_node_locked(Found{key_of(FileVersion::of(root_st)), FileVersion{}, S_IFDIR, true}, root);
   if (id != kRootInodeId) {
     abort();  // the first slot of a new table is 1, generation 0: FUSE's root id
   }
@@ -30,7 +30,7 @@ InodeId InodeTable::add_reference(const struct stat& st, const std::string& path
   Found found{};
   {
     MutexLock lock(mu_);
-    found = Found{key_of(version), version, type};
+    found = Found{key_of(version), version, type, type == S_IFDIR || st.st_nlink > 1};
     FileId to_check = kNoName;
     if (auto id = reuse_locked(found, name, nullptr, &to_check)) {
       return *id;
@@ -54,7 +54,7 @@ InodeId InodeTable::add_reference(const struct stat& st, const std::string& path
 
 std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
                                                 const FileId* linked, FileId* to_check) {
-  const uint32_t n = newest_slot(found.key);
+  const uint32_t n = newest_slot(found, path);
   if (n == cachestore::IdIndex::kNone) {
     return std::nullopt;
   }
@@ -100,6 +100,7 @@ std::optional<InodeId> InodeTable::reuse_locked(const Found& found, FileId path,
 
 InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
   by_key_.make_room();  // then nothing below throws
+  make_room_for(path);
   const uint32_t n = free_slot_locked();
   Inode& inode = slot(n);
   free_head_ = inode.path;
@@ -110,13 +111,19 @@ InodeId InodeTable::add_node_locked(const Found& found, FileId path) {
   inode.seen = found.version.digest();
   inode.type = type_bits(found.type);
   inode.opened = false;
+  inode.keyed = found.keyed;
   ++chunks_[n / kChunkSlots].live;
-  // An older node of the key lives on until the kernel forgets it, but lookups find this one.
-  const uint64_t hash = hash_of(found.key);
-  if (const uint32_t older = newest_slot(found.key); older != cachestore::IdIndex::kNone) {
-    by_key_.erase(older, hash);
+  // An older node of the file lives on until the kernel forgets it, but lookups find this one.
+  if (found.keyed) {
+    const uint64_t hash = hash_of(found.key);
+    if (const uint32_t older = newest_slot(found.key); older != cachestore::IdIndex::kNone) {
+      by_key_.erase(older, hash);
+    }
+    by_key_.insert(n, hash);
+    by_name_[path] = cachestore::IdIndex::kNone;  // an older node of one name: not the newest
+  } else {
+    by_name_[path] = n;
   }
-  by_key_.insert(n, hash);
   peak_ = std::max(peak_, ++size_);
   return id_of_slot(n);
 }
@@ -134,17 +141,25 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
     inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - static_cast<uint32_t>(n);
   }
   if (inode->nlookup == 0) {
-    // Not from the index if a newer node of a changed file took the key.
-    by_key_.erase(static_cast<uint32_t>(id), hash_of(inode->key()));
-    free_locked(static_cast<uint32_t>(id));
+    // Not from the index if a newer node of a changed file took the key or name.
+    const auto held = static_cast<uint32_t>(id);
+    if (inode->keyed) {
+      by_key_.erase(held, hash_of(inode->key()));
+    } else if (by_name_[inode->path] == held) {
+      by_name_[inode->path] = cachestore::IdIndex::kNone;
+    }
+    free_locked(held);
   }
   return true;
 }
 
-std::optional<InodeId> InodeTable::node_of(const FileVersion& v) const {
+std::optional<InodeId> InodeTable::node_of(FileId path, const FileVersion& v) const {
   MutexLock lock(mu_);
-  const std::optional<Key> key = known_key_of(v);
-  const uint32_t n = key ? newest_slot(*key) : cachestore::IdIndex::kNone;
+  uint32_t n = path < by_name_.size() ? by_name_[path] : cachestore::IdIndex::kNone;
+  if (n == cachestore::IdIndex::kNone) {
+    const std::optional<Key> key = known_key_of(v);
+    n = key ? newest_slot(*key) : cachestore::IdIndex::kNone;
+  }
   if (n == cachestore::IdIndex::kNone) {
     return std::nullopt;
   }
@@ -190,6 +205,13 @@ bool InodeTable::shrink_if_mostly_forgotten() {
   }
   give_back_empty_chunks_locked();
   by_key_.shrink();
+  // by_name_ needs places only up to the last path with a node.
+  size_t used = by_name_.size();
+  while (used > 0 && by_name_[used - 1] == cachestore::IdIndex::kNone) {
+    --used;
+  }
+  by_name_.resize(used);
+  by_name_.shrink_to_fit();
   peak_ = size_;
   return true;
 }
@@ -229,6 +251,24 @@ uint32_t InodeTable::newest_slot(const Key& key) const {
   // Called by find within this call, with mu_ held.
   return by_key_.find(hash_of(key),
                       [&](uint32_t n) NO_THREAD_SAFETY_ANALYSIS { return slot(n).key() == key; });
+}
+
+uint32_t InodeTable::newest_slot(const Found& found, FileId path) const {
+  if (found.keyed) {
+    return newest_slot(found.key);
+  }
+  return path < by_name_.size() ? by_name_[path] : cachestore::IdIndex::kNone;
+}
+
+void InodeTable::make_room_for(FileId path) {
+  if (path < by_name_.size()) {
+    return;
+  }
+  // A quarter more at a time, not twice: the vector has a place for every path a lookup
+  // met, and the registry hands ids out densely.
+  const size_t size = std::max<size_t>(path + size_t{1}, by_name_.size() + by_name_.size() / 4);
+  by_name_.reserve(size);
+  by_name_.resize(size, cachestore::IdIndex::kNone);
 }
 
 InodeTable::Key InodeTable::key_of(const FileVersion& v) {

@@ -7,7 +7,10 @@
 //
 // Identity is the source file's (st_dev, st_ino): two paths to one file (hard links) share an
 // entry, and the st_ino reported to users is the source's, so it is stable for the life of the
-// mount even when the kernel forgets a node and looks it up again under a new node id.
+// mount even when the kernel forgets a node and looks it up again under a new node id. A file
+// with one name (st_nlink 1, nearly every file of a dataset) is found by that name instead:
+// the rules below give it a new node under any other name, so an index by (st_dev, st_ino) of
+// such files would serve nothing and cost ~13 bytes each.
 //
 // A file's node is reused only for the file it was made for. ext4 and xfs give a deleted
 // file's inode number to the next file created, while the kernel may still hold the old name's
@@ -27,8 +30,9 @@
 // nodes are 32-byte slots (the version a node saw kept as its digest, the device as a number
 // of the table's) in chunks of 1,024, found by id without a map (an id is its slot's number
 // and the slot's generation), and by (st_dev, st_ino) through an IdIndex of slot numbers
-// (cachestore/id_index.h); free slots are a stack linked through the slots themselves: about
-// 45 bytes a held node in all, where two node-based maps took about 140. A slot freed by forget
+// (cachestore/id_index.h) for directories and files with several names, by a vector by path
+// id for the others; free slots are a stack linked through the slots themselves: about 36
+// bytes a held node in all, where two node-based maps took about 140. A slot freed by forget
 // serves again under its next generation, so no id is handed out twice: others key state by
 // node id (no-open's leases, control files' snapshots) and must never find an old file's
 // under a new file's id.
@@ -92,9 +96,9 @@ class InodeTable {
   // version then gets a new node.
   bool note_version(InodeId id, const FileVersion& version);
 
-  // The node the kernel holds for the file of version v (by its device and inode number),
-  // if any: the one whose pages were read from v's cached copy.
-  std::optional<InodeId> node_of(const FileVersion& v) const;
+  // The node the kernel holds for the file of version v at path (an id of names), if any:
+  // the one whose pages were read from v's cached copy.
+  std::optional<InodeId> node_of(FileId path, const FileVersion& v) const;
 
   size_t size() const;
 
@@ -148,6 +152,7 @@ class InodeTable {
     uint32_t device : 24 = 0;
     uint32_t type : 4 = 0;  // st_mode's S_IFMT, shifted down
     uint32_t opened : 1 = 0;
+    uint32_t keyed : 1 = 0;  // in by_key_, else in by_name_
 
     Key key() const { return Key{device, ino}; }
 
@@ -188,6 +193,7 @@ class InodeTable {
     Key key;
     FileVersion version;
     uint16_t type;
+    bool keyed;  // a directory, or a file with several names: found by key, not by name
   };
 
   // Takes one more reference on the node that holds found.key, if it may serve path (see
@@ -218,6 +224,10 @@ class InodeTable {
 
   // The slot of key's newest node, or IdIndex::kNone.
   uint32_t newest_slot(const Key& key) const REQUIRES(mu_);
+  // The slot of the newest node of the file found at path, or IdIndex::kNone.
+  uint32_t newest_slot(const Found& found, FileId path) const REQUIRES(mu_);
+  // Makes room in by_name_ for path; throws std::bad_alloc.
+  void make_room_for(FileId path) REQUIRES(mu_);
   // v's key, its device numbered if new; throws std::bad_alloc.
   Key key_of(const FileVersion& v) REQUIRES(mu_);
   // v's key if its device has a number.
@@ -236,7 +246,8 @@ class InodeTable {
   // forget (which cannot fail) never allocates; IdIndex::kNone ends it.
   uint32_t free_head_ GUARDED_BY(mu_) = cachestore::IdIndex::kNone;
   std::unordered_map<dev_t, uint32_t> devices_ GUARDED_BY(mu_);  // device -> its number
-  cachestore::IdIndex by_key_ GUARDED_BY(mu_);  // key -> the slot of its newest node
+  cachestore::IdIndex by_key_ GUARDED_BY(mu_);     // key -> the slot of its newest keyed node
+  std::vector<uint32_t> by_name_ GUARDED_BY(mu_);  // path -> its newest other node's slot
   size_t size_ GUARDED_BY(mu_) = 0;
   size_t peak_ GUARDED_BY(mu_) = 0;  // most nodes held since the last shrink
 };

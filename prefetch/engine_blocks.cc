@@ -206,6 +206,11 @@ std::optional<FileVersion> Engine::observed_version(FileId id) const {
   return st ? std::optional(block_version(FileVersion::of(*st), block->block)) : std::nullopt;
 }
 
+FileId Engine::file_of(FileId id) const {
+  const auto block = parse_block_key(registry_.path_of(id));
+  return (block ? registry_.find(block->path) : std::nullopt).value_or(id);
+}
+
 cachestore::VerifyReport Engine::verify_cache() {
   if (!cache_) {
     return {};

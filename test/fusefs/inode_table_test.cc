@@ -13,6 +13,14 @@ struct stat make_stat(ino_t ino, dev_t dev = 1) {
   struct stat st = {};
   st.st_ino = ino;
   st.st_dev = dev;
+  st.st_nlink = 1;
+  return st;
+}
+
+// A file with two names (hard links).
+struct stat linked_stat(ino_t ino, dev_t dev = 1) {
+  struct stat st = make_stat(ino, dev);
+  st.st_nlink = 2;
   return st;
 }
 
@@ -56,17 +64,21 @@ TEST_CASE("one file reached by two names shares an entry", "[inode_table]") {
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
   int asked = 0;
-  const InodeId a = table.add_reference(make_stat(10), "dir/a", names({}, &asked));
+  const InodeId a = table.add_reference(linked_stat(10), "dir/a", names({}, &asked));
   CHECK(asked == 0);  // a new node: nothing to check
-  const InodeId b = table.add_reference(make_stat(10), "dir/hardlink", names({"dir/a"}, &asked));
+  const InodeId b = table.add_reference(linked_stat(10), "dir/hardlink", names({"dir/a"}, &asked));
   CHECK(a == b);
   CHECK(asked == 1);
   CHECK(table.path_of(a) == "dir/hardlink");
   CHECK(table.lookup_count(a) == 2);
-  CHECK(table.add_reference(make_stat(10), "dir/hardlink", names({}, &asked)) == a);
+  CHECK(table.add_reference(linked_stat(10), "dir/hardlink", names({}, &asked)) == a);
   CHECK(asked == 1);  // the node's own name: no check
   // Same inode number on another device is another file.
-  CHECK(table.add_reference(make_stat(10, 2), "mnt/a") != a);
+  CHECK(table.add_reference(linked_stat(10, 2), "mnt/a") != a);
+  // A file of one name found under another was renamed: a new node, and nothing to ask.
+  const InodeId c = table.add_reference(make_stat(20), "dir/c", names({}, &asked));
+  CHECK(table.add_reference(make_stat(20), "dir/d", names({"dir/c"}, &asked)) != c);
+  CHECK(asked == 1);
 }
 
 TEST_CASE("files are told apart by device, a device the table never saw included",
@@ -77,9 +89,13 @@ TEST_CASE("files are told apart by device, a device the table never saw included
   const InodeId a = table.add_reference(make_stat(10, 7), "a");
   const InodeId b = table.add_reference(make_stat(10, 9), "mnt/b");
   CHECK(a != b);
-  CHECK(table.node_of(FileVersion{0, 0, 0, 10, 7}) == a);
-  CHECK(table.node_of(FileVersion{0, 0, 0, 10, 9}) == b);
-  CHECK_FALSE(table.node_of(FileVersion{0, 0, 0, 10, 8}).has_value());  // never seen
+  const FileId name_a = registry.find("a").value();
+  CHECK(table.node_of(name_a, FileVersion{0, 0, 0, 10, 7}) == a);
+  CHECK(table.node_of(registry.find("mnt/b").value(), FileVersion{0, 0, 0, 10, 9}) == b);
+  const FileId name_c = registry.id_of("c");  // no node: found by the key, if any
+  CHECK_FALSE(table.node_of(name_c, FileVersion{0, 0, 0, 10, 8}).has_value());  // never seen
+  const InodeId linked = table.add_reference(linked_stat(11, 9), "mnt/l");
+  CHECK(table.node_of(name_c, FileVersion{0, 0, 0, 11, 9}) == linked);
   const FileVersion at_a{0, 0, 0, 10, 7};
   CHECK_FALSE(table.note_version(a, at_a));
   CHECK(table.note_version(a, at_a));
@@ -214,7 +230,7 @@ TEST_CASE("a file found under a name that no longer leads to its node's gets a n
   // stamps ctime, so that size, mtime and ctime all match: the old name is asked about.
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
-  struct stat st = make_stat(10);
+  struct stat st = linked_stat(10);
   st.st_mode = S_IFREG | 0644;
   const InodeId a = table.add_reference(st, "a", names({}));
   int asked = 0;
@@ -271,12 +287,12 @@ TEST_CASE("the other name is checked without the lock, and a table changed meanw
           "[inode_table]") {
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
-  const InodeId a = table.add_reference(make_stat(10), "a");
+  const InodeId a = table.add_reference(linked_stat(10), "a");
   InodeId during = 0;
   // While "x" waits for its check of "a", the kernel looks up "c" (which takes the key).
-  const InodeId x = table.add_reference(make_stat(10), "x", [&](const std::string& other) {
+  const InodeId x = table.add_reference(linked_stat(10), "x", [&](const std::string& other) {
     CHECK(other == "a");
-    during = table.add_reference(make_stat(10), "c");
+    during = table.add_reference(linked_stat(10), "c");
     return true;  // "a" still names it, but the node to reuse is no longer a
   });
   CHECK(during != a);

@@ -117,6 +117,7 @@ void print_inode_memory(prefetch::FileRegistry& registry, size_t files) {
     st.st_dev = 1;
     st.st_ino = ino;
     st.st_mode = type;
+    st.st_nlink = 1;  // a dataset's file: one name
     return st;
   };
   std::vector<fusefs::InodeId> ids(files);
