@@ -141,11 +141,12 @@ bool InodeTable::forget(InodeId id, uint64_t n) {
     inode->nlookup = n >= inode->nlookup ? 0 : inode->nlookup - static_cast<uint32_t>(n);
   }
   if (inode->nlookup == 0) {
-    // Not from the index if a newer node of a changed file took the key or name.
+    // Not from the index if a newer node of a changed file took the key or name (whose
+    // place in by_name_ a shrink may then have cut off).
     const auto held = static_cast<uint32_t>(id);
     if (inode->keyed) {
       by_key_.erase(held, hash_of(inode->key()));
-    } else if (by_name_[inode->path] == held) {
+    } else if (inode->path < by_name_.size() && by_name_[inode->path] == held) {
       by_name_[inode->path] = cachestore::IdIndex::kNone;
     }
     free_locked(held);

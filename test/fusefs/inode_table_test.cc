@@ -303,6 +303,32 @@ TEST_CASE("the other name is checked without the lock, and a table changed meanw
   CHECK(table.path_of(x) == "x");
 }
 
+TEST_CASE("an older node of a name outlives a shrink that cut its name's place off",
+          "[inode_table]") {
+  // The place a name has in the table's vector by path id is cut off by a shrink once no
+  // node is its newest; an older node of the name is still held, and is forgotten later.
+  prefetch::FileRegistry registry;
+  InodeTable table(make_stat(2), registry);
+  std::vector<InodeId> others;
+  for (ino_t ino = 10; ino < 5010; ++ino) {
+    others.push_back(table.add_reference(make_stat(ino), "f" + std::to_string(ino)));
+  }
+  struct stat st = make_stat(9);
+  const InodeId old_node = table.add_reference(st, "last");
+  st.st_size = 1;  // changed: a new node takes the name
+  const InodeId new_node = table.add_reference(st, "last");
+  REQUIRE(new_node != old_node);
+  CHECK(table.forget(new_node, 1));
+  for (const InodeId id : others) {
+    table.forget(id, 1);
+  }
+  CHECK(table.shrink_if_mostly_forgotten());
+  CHECK(table.path_of(old_node) == "last");
+  CHECK(table.forget(old_node, 1));
+  CHECK(table.size() == 1);
+  CHECK(table.add_reference(st, "last") != new_node);
+}
+
 TEST_CASE("a table the kernel mostly let go of shrinks once per fall", "[inode_table]") {
   prefetch::FileRegistry registry;
   InodeTable table(make_stat(2), registry);
