@@ -207,7 +207,8 @@ std::optional<FileVersion> Engine::observed_version(FileId id) const {
 }
 
 FileId Engine::file_of(FileId id) const {
-  const auto block = parse_block_key(registry_.path_of(id));
+  const std::string key = registry_.path_of(id);  // the parsed block points into it
+  const auto block = parse_block_key(key);
   return (block ? registry_.find(block->path) : std::nullopt).value_or(id);
 }
 
