@@ -108,8 +108,8 @@ std::string Filesystem::run_verify() {
     try {
       report = engine_.verify_cache();
       for (FileId id : report.dropped) {
-        const auto version = engine_.observed_version(id);
-        if (auto node = version ? inodes_.node_of(engine_.file_of(id), *version) : std::nullopt) {
+        const auto copy = engine_.copy_of(id);
+        if (auto node = copy ? inodes_.node_of(copy->file, copy->version) : std::nullopt) {
           nodes.push_back(*node);
         }
       }

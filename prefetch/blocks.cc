@@ -79,7 +79,7 @@ std::optional<BlockOf> parse_block_key(std::string_view key) {
   if (ec != std::errc() || end != key.data() + key.size()) {
     return std::nullopt;
   }
-  b.path = key.substr(0, at);
+  b.path.assign(key.substr(0, at));
   return b;
 }
 

@@ -54,9 +54,10 @@ std::string format_range(uint64_t offset, uint64_t length, std::string_view path
 // The registry key of path's block number block.
 std::string block_key(std::string_view path, uint64_t block);
 
-// A block key taken apart; nullopt for any other registry path.
+// A block key taken apart; nullopt for any other registry path. The path is a copy, so a
+// parsed key outlives the string it came from.
 struct BlockOf {
-  std::string_view path;
+  std::string path;
   uint64_t block = 0;
 };
 

@@ -236,8 +236,15 @@ class Engine final : public PrefetchSink {
   // The version last read from the source for id, or for a block its file's (prefetch/
   // blocks.h): what a kept copy is kept at, and whose pages go with a dropped copy.
   std::optional<cachestore::FileVersion> observed_version(FileId id) const;
-  // The file a cached copy's id is of: for a block, its file's id; else id.
-  FileId file_of(FileId id) const;
+
+  // The file a cached copy's id is of (for a block, its file; else id itself) and the version
+  // the copy is kept at; nullopt if that file was never read from the source.
+  struct CopyOf {
+    FileId file;
+    cachestore::FileVersion version;
+  };
+
+  std::optional<CopyOf> copy_of(FileId id) const;
 
   // Watches one read of an open cached copy, so that a cache disk that stops answering sends
   // later opens to the source (see cachestore::DiskWatch).

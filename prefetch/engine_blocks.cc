@@ -194,22 +194,23 @@ bool Engine::stage_block_in_background(const OpenFile& file, FileId id, const st
   return true;
 }
 
-std::optional<FileVersion> Engine::observed_version(FileId id) const {
+std::optional<Engine::CopyOf> Engine::copy_of(FileId id) const {
   if (const auto st = registry_.last_observed(id)) {
-    return FileVersion::of(*st);
+    return CopyOf{id, FileVersion::of(*st)};
   }
   // A block (prefetch/blocks.h) is never observed itself: its file is.
-  const std::string key = registry_.path_of(id);
-  const auto block = parse_block_key(key);
+  const auto block = parse_block_key(registry_.path_of(id));
   const auto file = block ? registry_.find(block->path) : std::nullopt;
   const auto st = file ? registry_.last_observed(*file) : std::nullopt;
-  return st ? std::optional(block_version(FileVersion::of(*st), block->block)) : std::nullopt;
+  if (!st) {
+    return std::nullopt;
+  }
+  return CopyOf{*file, block_version(FileVersion::of(*st), block->block)};
 }
 
-FileId Engine::file_of(FileId id) const {
-  const std::string key = registry_.path_of(id);  // the parsed block points into it
-  const auto block = parse_block_key(key);
-  return (block ? registry_.find(block->path) : std::nullopt).value_or(id);
+std::optional<FileVersion> Engine::observed_version(FileId id) const {
+  const auto copy = copy_of(id);
+  return copy ? std::optional(copy->version) : std::nullopt;
 }
 
 cachestore::VerifyReport Engine::verify_cache() {

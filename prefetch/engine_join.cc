@@ -42,8 +42,7 @@ bool Engine::read_whole(FileId block) {
   if (!kernel_reads()) {
     return false;
   }
-  const std::string key = registry_.path_of(block);
-  const auto of = parse_block_key(key);
+  const auto of = parse_block_key(registry_.path_of(block));
   const auto file = of ? registry_.find(of->path) : std::nullopt;
   return file && cache_->contains(*file);
 }

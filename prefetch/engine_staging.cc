@@ -160,7 +160,7 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   }
   // A block of a range order (prefetch/blocks.h) is a part of its file.
   const auto block = parse_block_key(rel_path);
-  const std::string source_path = block ? std::string(block->path) : rel_path;
+  const std::string& source_path = block ? block->path : rel_path;
   auto reader = planner_->reader_of(stream);
   if (!reader || !may_stage_for(id, stream, *reader, source_path)) {
     return;  // the stream is gone, or its publisher may not read the file
@@ -212,8 +212,7 @@ void Engine::check_cached_entry(FileId id, size_t stream, uint64_t bytes) {
   }
   auto job = [this, id, stream, large, reader = std::move(reader), path = registry_.path_of(id)] {
     const auto block = parse_block_key(path);
-    if (may_stage_for(id, stream, *reader, block ? std::string(block->path) : path) && large &&
-        block) {
+    if (may_stage_for(id, stream, *reader, block ? block->path : path) && large && block) {
       read_ahead(id);
     }
   };

@@ -402,7 +402,7 @@ EntrySample OrderUpload::look_up_sample() const {
   for (size_t i = 0; i < k; ++i) {
     std::string path = registry_.path_of(entries_[i * n / k]);
     if (auto block = parse_block_key(path)) {
-      path = std::string(block->path);  // a range order's block: its file is looked up
+      path = std::move(block->path);  // a range order's block: its file is looked up
     }
     const auto found = look_up_(path);
     if (found) {
