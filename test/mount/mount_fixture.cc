@@ -158,6 +158,14 @@ std::vector<std::string> slowfs_argv(const std::string& source, const std::strin
   return argv;
 }
 
+// A counter slowfs reports as an extended attribute (test/fixtures).
+uint64_t counter_of(const std::string& path, const char* name) {
+  char buf[32] = {};
+  const ssize_t n = ::getxattr(path.c_str(), name, buf, sizeof(buf) - 1);
+  REQUIRE(n > 0);
+  return std::stoull(std::string(buf, static_cast<size_t>(n)));
+}
+
 }  // namespace
 
 SlowSource::SlowSource(const std::string& source, const std::string& mountpoint, double latency_ms,
@@ -169,17 +177,6 @@ SlowSource::SlowSource(const std::string& source, const std::string& mountpoint,
     FAIL("the slow source at " << mountpoint << " did not come up");
   }
 }
-
-namespace {
-
-uint64_t counter_of(const std::string& path, const char* name) {
-  char buf[32] = {};
-  const ssize_t n = ::getxattr(path.c_str(), name, buf, sizeof(buf) - 1);
-  REQUIRE(n > 0);
-  return std::stoull(std::string(buf, static_cast<size_t>(n)));
-}
-
-}  // namespace
 
 uint64_t SlowSource::opens(const std::string& rel_path) const {
   return counter_of(rel_path.empty() ? mountpoint_ : mountpoint_ + "/" + rel_path,

@@ -229,7 +229,7 @@ def relative(root, path):
 def range_lines(root, ranges):
     # A dataset file is named once per sample: its relative path is worked out once (relpath
     # was nine tenths of a publish's time), and looked up only when the path object changes
-    # (most ranges repeat the one before's). Plain ints skip operator.index: together a third
+    # (most ranges repeat the one before's). Plain ints skip operator.index: together a quarter
     # less time a line.
     known = {}
     last, rel = object(), None  # no path is this object
