@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,6 +143,47 @@ void wait_for_staging(const std::string& mnt) {
   }
 }
 
+// What the daemon has spent so far: its CPU (all its threads) and the requests and opens its
+// stats count. Read around the measured rounds, whose direct reads leave it idle.
+struct DaemonCost {
+  double cpu_s = 0;
+  double requests = 0;
+  double opens = 0;
+};
+
+DaemonCost daemon_cost(pid_t pid, const std::string& mnt) {
+  DaemonCost c;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), {});
+  // utime and stime are fields 14 and 15; the rest starts at field 3, after the command.
+  std::istringstream fields(stat.substr(std::min(stat.size(), stat.rfind(')') + 2)));
+  std::string skipped;
+  for (int field = 3; field < 14; ++field) {
+    fields >> skipped;
+  }
+  unsigned long long utime = 0, stime = 0;
+  fields >> utime >> stime;
+  c.cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (auto doc = read_stats(mnt)) {
+    for (const char* kind :
+         {"lookup", "getattr", "open", "read", "flush", "release", "ioctl", "other"}) {
+      c.requests += doc->number(std::string("requests.") + kind).value_or(0);
+    }
+    c.opens = doc->number("opens").value_or(0);
+  }
+  return c;
+}
+
+void print_daemon_cost(const DaemonCost& before, const DaemonCost& after) {
+  const double opens = after.opens - before.opens;
+  if (opens <= 0) {
+    return;
+  }
+  printf("epochfs daemon in these rounds: %.1f us of CPU and %.2f requests per open (%.0f opens)\n",
+         1e6 * (after.cpu_s - before.cpu_s) / opens, (after.requests - before.requests) / opens,
+         opens);
+}
+
 // The first read of every file, the cache empty: what read-through costs over reading the
 // source directly.
 int first_read(const std::string& src, const std::string& mnt,
@@ -242,11 +286,13 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
                                  : "cold page cache, dentries and inodes kept",
          o.no_cache ? "read from the source" : "in the cache", o.rounds);
   print_header(targets);
+  const DaemonCost before = daemon_cost(pid, mnt);
   for (unsigned t : o.threads) {
     const Medians m = measure(targets, paths.value(), t, o.rounds, start);
     print_row(t, m);
     rc |= errors_of(m) == 0 ? 0 : 1;
   }
+  print_daemon_cost(before, daemon_cost(pid, mnt));
   if (o.round_trips > 0) {
     rc |= print_round_trips(targets, paths.value().front(), o.round_trips);
   }
