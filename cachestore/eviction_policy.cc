@@ -182,6 +182,9 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
 bool NextUsePolicy::worth_evicting(FileId incoming, FileId victim) {
   const uint64_t in = oracle_.next_use(incoming);
   const uint64_t out = oracle_.next_use(victim);
+  if (out != NextUseOracle::kNever && oracle_.repeats(incoming)) {
+    return false;
+  }
   // Two files with no known future: LRU replaces the older one.
   return in < out || (in == NextUseOracle::kNever && out == NextUseOracle::kNever);
 }

@@ -91,12 +91,20 @@ class NextUseOracle {
   // A value that grows with how far in the future id is needed next (comparable between
   // files, stable while nothing about id changes); kNever if no use is known.
   virtual uint64_t next_use(FileId id) = 0;
+
+  // Whether id is needed more than once in one epoch still to come (a range order's block).
+  virtual bool repeats(FileId /*id*/) { return false; }
 };
 
 // Known-future eviction (Belady's MIN, with bypass): evicts the file needed farthest in the
 // future, files with no known next use first (least recently used among them), and refuses to
 // cache a file needed later than the file it would displace. Without published orders every
 // file is kNever, and this is exactly LRU.
+//
+// A file that repeats (oracle: a block read many times an epoch) displaces only a file with no
+// known future: its uses and the victim's are spread through the epoch alike, so the swap would
+// save no read and cost the victim's again (the page cache serves an uncached block's later
+// reads). Belady's rule swapped 3-5 blocks an epoch (docs/benchmarks.md).
 //
 // Next-use values change as the trainer moves on, so the heap's keys are refreshed lazily: the
 // top is re-asked from the oracle before it is chosen and sinks if it moved closer. A file

@@ -300,6 +300,11 @@ uint64_t Planner::next_use(FileId id) {
   return schedule_.next_use(id);
 }
 
+bool Planner::repeats(FileId id) {
+  MutexLock lock(mu_);
+  return schedule_.repeats(id);
+}
+
 PlannerStats Planner::stats() const {
   MutexLock lock(mu_);
   PlannerStats out;

@@ -251,6 +251,7 @@ class Planner final : public cachestore::NextUseOracle {
   void replan();
 
   uint64_t next_use(FileId id) override;
+  bool repeats(FileId id) override;
 
   PlannerStats stats() const;
 

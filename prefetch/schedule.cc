@@ -342,6 +342,26 @@ uint64_t Schedule::next_use(FileId file) {
   return best;
 }
 
+bool Schedule::repeats(FileId file) {
+  if (file >= links_.size()) {
+    return false;
+  }
+  // An epoch's occurrences are linked one after another (publish appends them together).
+  const Epoch* last = nullptr;
+  for (uint64_t gid = gid_of(links_[file].first); gid != kNoGid;) {
+    const Place p = place_of(gid);
+    const Slot& slot = p.epoch->slots[p.index];
+    if ((slot.link & kConsumed) == 0) {
+      if (p.epoch == last) {
+        return true;
+      }
+      last = p.epoch;
+    }
+    gid = next_gid(gid, slot);
+  }
+  return false;
+}
+
 std::optional<FileId> Schedule::next_to_stage(size_t stream, uint64_t ahead) {
   Stream& s = streams_[stream];
   s.plan = std::max(s.plan, s.tail);

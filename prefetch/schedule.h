@@ -93,6 +93,8 @@ class Schedule {
 
   // See the header comment. Not const: it drops consumed occurrences from F's chain.
   uint64_t next_use(FileId file);
+  // Whether two occurrences of file not yet consumed lie in one epoch (a range order's block).
+  bool repeats(FileId file);
 
   // The next entry of stream ahead of the planner's position, if it lies less than `ahead`
   // entries past the head; advances the planner's position. Consumed entries are skipped.

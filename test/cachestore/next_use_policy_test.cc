@@ -50,7 +50,10 @@ class MapOracle final : public NextUseOracle {
     return it == uses_.end() ? kNever : it->second;
   }
 
+  bool repeats(FileId id) override { return repeated_.count(id) != 0; }
+
   std::map<FileId, uint64_t> uses_;
+  std::set<FileId> repeated_;
 };
 
 uint64_t belady_hits(const std::vector<FileId>& trace, size_t capacity) {
@@ -175,6 +178,17 @@ TEST_CASE("files with no known next use go first, oldest first", "[next_use]") {
   CHECK_FALSE(policy.worth_evicting(9, 1));
   CHECK(policy.worth_evicting(1, 4));
   CHECK(policy.worth_evicting(9, 4));  // two without a future: LRU replaces
+}
+
+TEST_CASE("a repeated file displaces only a file with no known future", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  oracle.uses_ = {{1, 5}, {2, 50}};
+  oracle.repeated_ = {1};
+  CHECK_FALSE(policy.worth_evicting(1, 2));  // 2 is needed later, but needed
+  CHECK(policy.worth_evicting(1, 4));        // 4 has no future
+  oracle.repeated_.clear();
+  CHECK(policy.worth_evicting(1, 2));  // once an epoch: Belady's rule
 }
 
 TEST_CASE("without any known future NextUsePolicy is LRU", "[next_use]") {

@@ -221,6 +221,17 @@ TEST_CASE("a queued epoch is replaced and an older one restarts the stream", "[s
   }
 }
 
+TEST_CASE("a file repeats while two of its uses are left in one epoch", "[schedule]") {
+  Schedule s;
+  publish(s, "a", std::nullopt, {1, 2, 1, 3});
+  publish(s, "a", std::nullopt, {2, 3, 1});
+  CHECK(s.repeats(1));
+  CHECK_FALSE(s.repeats(2));  // once in each epoch
+  CHECK_FALSE(s.repeats(9));  // never named
+  open_all(s, {1});
+  CHECK_FALSE(s.repeats(1));  // one use left in each epoch
+}
+
 TEST_CASE("opens in order advance the position and retire the epoch at its end", "[schedule]") {
   Schedule s;
   const Files e0 = range(10, 10);
