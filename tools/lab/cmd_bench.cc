@@ -118,24 +118,14 @@ class SharedStorage {
     if (!emulated_) {
       return std::nullopt;
     }
-    std::ifstream stat("/proc/" + std::to_string(emulated_->pid()) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) {
+    const auto cpu = cpu_seconds(emulated_->pid());
+    if (!cpu) {
       return std::nullopt;
-    }
-    std::istringstream fields(line.substr(close + 2));
-    std::string field;
-    double utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14, 15: utime, stime
-      utime = i == 14 ? std::stod(field) : utime;
-      stime = i == 15 ? std::stod(field) : stime;
     }
     char buf[32] = {};
     const ssize_t n = getxattr(path_.c_str(), "user.slowfs.opens", buf, sizeof(buf) - 1);
     const double opens = n > 0 ? std::atof(buf) : 0;
-    return std::make_pair((utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK)), opens);
+    return std::make_pair(*cpu, opens);
   }
 
  private:

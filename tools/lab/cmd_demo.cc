@@ -153,22 +153,9 @@ struct DaemonCost {
 
 DaemonCost daemon_cost(pid_t pid, const std::string& mnt) {
   DaemonCost c;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  const std::string stat((std::istreambuf_iterator<char>(in)), {});
-  // utime and stime are fields 14 and 15; the rest starts at field 3, after the command.
-  std::istringstream fields(stat.substr(std::min(stat.size(), stat.rfind(')') + 2)));
-  std::string skipped;
-  for (int field = 3; field < 14; ++field) {
-    fields >> skipped;
-  }
-  unsigned long long utime = 0, stime = 0;
-  fields >> utime >> stime;
-  c.cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  c.cpu_s = cpu_seconds(pid).value_or(0);
   if (auto doc = read_stats(mnt)) {
-    for (const char* kind :
-         {"lookup", "getattr", "open", "read", "flush", "release", "ioctl", "other"}) {
-      c.requests += doc->number(std::string("requests.") + kind).value_or(0);
-    }
+    c.requests = doc->number("requests.per_open").value_or(0) * doc->number("opens").value_or(0);
     c.opens = doc->number("opens").value_or(0);
   }
   return c;
@@ -269,8 +256,8 @@ int run_demo(const DemoOptions& o, const std::string& dir) {
     targets.push_back({name, peer_mnt});
   }
   // The source's pages so far are those its files were written with, which this kernel reads
-  // back 15-50% faster than pages read in from disk (docs/benchmarks.md, "Running the lab"), and
-  // a dataset on disk is read in: dropped, so that every target's pages come from reading.
+  // back faster than pages read in from disk (docs/benchmarks.md, "Running the lab"), and a
+  // dataset on disk is read in: dropped, so that every target's pages come from reading.
   if (!drop_page_cache()) {
     printf("(not root: the direct reads' pages are those the dataset was written with)\n");
   }

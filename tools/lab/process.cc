@@ -10,6 +10,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "tools/cli/mount_table.h"
@@ -43,6 +45,27 @@ pid_t spawn(const std::vector<std::string>& argv) {
     _exit(127);
   }
   return pid;
+}
+
+std::optional<double> cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');  // the command may hold spaces and parentheses
+  if (close == std::string::npos) {
+    return std::nullopt;
+  }
+  // utime and stime are fields 14 and 15; the rest starts at field 3, after the command.
+  std::istringstream fields(line.substr(close + 2));
+  std::string skipped;
+  for (int field = 3; field < 14; ++field) {
+    fields >> skipped;
+  }
+  unsigned long long utime = 0, stime = 0;
+  if (!(fields >> utime >> stime)) {
+    return std::nullopt;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout) {

@@ -24,6 +24,9 @@ std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout);
 bool wait_for_mount(const std::string& path, const std::string& fstype, pid_t pid,
                     std::chrono::milliseconds timeout);
 
+// CPU seconds pid has used so far (user and system), or nullopt if it cannot be read.
+std::optional<double> cpu_seconds(pid_t pid);
+
 // Unmounts path and reaps pid: umount, then lazy umount, then SIGKILL after timeout.
 // Returns pid's exit code (nullopt if it had to be killed).
 std::optional<int> stop_mount(const std::string& path, pid_t pid,
