@@ -104,7 +104,7 @@ class NextUseOracle {
 // A file that repeats (oracle: a block read many times an epoch) displaces only a file with no
 // known future: its uses and the victim's are spread through the epoch alike, so the swap would
 // save no read and cost the victim's again (the page cache serves an uncached block's later
-// reads). Belady's rule swapped 3-5 blocks an epoch (docs/benchmarks.md).
+// reads). Source reads then meet the bound (docs/benchmarks.md, "Single-file datasets").
 //
 // Next-use values change as the trainer moves on, so the heap's keys are refreshed lazily: the
 // top is re-asked from the oracle before it is chosen and sinks if it moved closer. A file
