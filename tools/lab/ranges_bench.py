@@ -164,20 +164,31 @@ def wait_for_copies(mnt):
         time.sleep(0.002)
 
 
+def publish_epoch(a, e, order, path, mnt, source_path):
+    if a.publish == "ranges":
+        epochfs.publish_ranges(mnt, ranges_of(a.format, source_path, path, order), epoch=e)
+        return
+    if e == 0:  # the samples' ranges once, in index order: then each epoch's indices
+        epochfs.set_range_manifest(
+            mnt, ranges_of(a.format, source_path, path, range(a.rows), merge=False))
+    epochfs.publish(mnt, order, epoch=e)
+
+
 def run_epochs(a, path, *, mnt=None, source_path=None):
     rows = []
-    for e in range(a.epochs):
-        order = random.Random(a.seed * 1000 + e).sample(range(a.rows), a.rows)
+    orders = [random.Random(a.seed * 1000 + e).sample(range(a.rows), a.rows)
+              for e in range(a.epochs)]
+    for e, order in enumerate(orders):
         drop_caches()
         before = source_bytes(mnt) if mnt else 0
         start = time.monotonic()
-        if source_path and a.publish == "ranges":
-            epochfs.publish_ranges(mnt, ranges_of(a.format, source_path, path, order), epoch=e)
-        elif source_path:
-            if e == 0:  # the samples' ranges once, in index order: then each epoch's indices
-                epochfs.set_range_manifest(
-                    mnt, ranges_of(a.format, source_path, path, range(a.rows), merge=False))
-            epochfs.publish(mnt, order, epoch=e)
+        # --ahead: every epoch published before the first (a stream queues 4 at most).
+        if a.ahead:
+            to_publish = range(a.epochs) if e == 0 else []
+        else:
+            to_publish = [e]
+        for n in to_publish if source_path else []:
+            publish_epoch(a, n, orders[n], path, mnt, source_path)
         published = time.monotonic() - start
         watch = StagingWatch(mnt, start) if mnt and a.timeline else None
         if mnt and a.stage_only:
@@ -255,6 +266,8 @@ def main():
     ap.add_argument("--publish", choices=("ranges", "indices"), default="indices",
                     help="ranges: each epoch's ranges (publish_ranges); indices: a manifest of "
                     "every sample's range before epoch 1, then each epoch's indices")
+    ap.add_argument("--ahead", action="store_true",
+                    help="publish every epoch's order before the first (queued ahead)")
     ap.add_argument("--data-path", default="classic", help="the mounts' --data-path")
     ap.add_argument("--stage-only", action="store_true",
                     help="mounts read nothing: each epoch waits until a file is cached and no "
