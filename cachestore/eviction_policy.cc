@@ -182,6 +182,9 @@ std::optional<FileId> NextUsePolicy::choose_victim(const std::function<bool(File
 bool NextUsePolicy::worth_evicting(FileId incoming, FileId victim) {
   const uint64_t in = oracle_.next_use(incoming);
   const uint64_t out = oracle_.next_use(victim);
+  if (oracle_.this_epoch_only(incoming)) {
+    return false;  // the page cache serves the rest of its epoch; the copy would save nothing
+  }
   if (out != NextUseOracle::kNever && oracle_.repeats(incoming)) {
     return false;
   }

@@ -94,6 +94,9 @@ class NextUseOracle {
 
   // Whether id is needed more than once in one epoch still to come (a range order's block).
   virtual bool repeats(FileId /*id*/) { return false; }
+
+  // Whether id is a range order's block with no use known past its stream's current epoch.
+  virtual bool this_epoch_only(FileId /*id*/) { return false; }
 };
 
 // Known-future eviction (Belady's MIN, with bypass): evicts the file needed farthest in the

@@ -43,6 +43,13 @@ struct Range {
   uint64_t last_block() const { return (offset + length - 1) / kBlockBytes; }
 };
 
+// A READ of a file read by blocks: each block it covers is used by the bytes it reads of it,
+// and the block holding its middle by one sample at least if the READ is fresh.
+struct BlockUse {
+  uint64_t block;  // holding the READ's middle
+  bool fresh;      // it does not continue the handle's last READ
+};
+
 // Parses "OFFSET LENGTH PATH" (decimal numbers, blanks between, the path the rest of the line,
 // not yet normalised); nullopt with the reason in *why if it is not one, the length is 0 or
 // over kMaxRangeBytes, or the range ends past 2^62.

@@ -43,6 +43,7 @@
 #include "cachestore/root_dir.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
+#include "prefetch/blocks.h"
 #include "prefetch/copy_concurrency.h"
 #include "prefetch/engine_stats.h"
 #include "prefetch/file_registry.h"
@@ -97,13 +98,12 @@ struct EngineOptions {
 };
 
 // The reads of one open of a file read by blocks (prefetch/blocks.h): its path, kept so that
-// a READ asks the registry only for its block's id, and the block last read, whose use was
-// counted.
+// a READ asks the registry only for its block's id, and where the last READ ended.
 struct BlockReads {
   explicit BlockReads(std::string p) : path(std::move(p)) {}
 
   const std::string path;  // the file's, relative: its blocks' keys are made from it
-  std::atomic<uint64_t> last_block{UINT64_MAX};
+  std::atomic<uint64_t> last_end{UINT64_MAX};
 };
 
 // A file opened for reading.
@@ -299,15 +299,15 @@ class Engine final : public PrefetchSink {
   // Whether block's file has a whole copy its block readers read instead (open_block_file):
   // reading the block's copy ahead would be a disk read nobody uses.
   bool read_whole(FileId block);
-  // len bytes at off of block of file, which holds them all, into out (read_blocks); used:
-  // the read counts as a use of the block in reader's streams.
+  // len bytes at off of block of file, which holds them all, into out; a part of READ use.
   cachestore::Status read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
-                                std::optional<uid_t> reader, bool used, char* out);
+                                std::optional<uid_t> reader, const BlockUse& use, char* out);
   // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_)
   // and read ahead whole (CacheStore::read_ahead) once a second at most; null if none is ready.
   std::shared_ptr<const HeldFds::Held> held_copy(FileId id, const cachestore::FileVersion& version);
-  // Counts a use of block (id) of file in reader's streams, once per run of reads in it.
-  void note_block_use(const OpenFile& file, FileId id, uint64_t block, std::optional<uid_t> reader);
+  // Reports len bytes of block (id) read by the READ use (Planner::on_block_read).
+  void note_block_use(FileId id, uint64_t block, uint64_t len, const BlockUse& use,
+                      std::optional<uid_t> reader);
   // From id's (block's) ready copy of version; false if none is ready or it failed.
   bool read_copy(FileId id, uint64_t block, const cachestore::FileVersion& version, uint64_t off,
                  size_t len, char* out);

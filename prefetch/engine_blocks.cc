@@ -25,6 +25,14 @@ using cachestore::UniqueFd;
 
 namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// A READ spanning two blocks is one sample's at most: a page fault's read-around (centred on
+// the faulting page) or a read() of the sample itself, so only the block holding its middle
+// counts it as a sample.
+BlockUse block_use(const OpenFile& file, uint64_t start, uint64_t end) {
+  const uint64_t last_end = file.blocks->last_end.exchange(end, kRelaxed);
+  return BlockUse{(start + (end - start) / 2) / kBlockBytes, start != last_end};
+}
 }  // namespace
 
 Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t off,
@@ -33,15 +41,12 @@ Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t
   const auto start = static_cast<uint64_t>(off);
   const uint64_t end = std::min<uint64_t>(file_size, start + size);
   std::string out(start < end ? end - start : 0, '\0');
-  // A READ spanning two blocks is one sample's: a page fault's read-around (centred on the
-  // faulting page) or a read() of the sample itself. Only the block holding its middle is
-  // used; counting both would consume the other block's next entry early.
-  const uint64_t used = (start + (end - start) / 2) / kBlockBytes;
+  const BlockUse use = block_use(file, start, end);
   for (uint64_t pos = start; pos < end;) {
     const uint64_t block = pos / kBlockBytes;
     const uint64_t stop = std::min(end, (block + 1) * kBlockBytes);
-    Status read = read_block(file, block, pos, static_cast<size_t>(stop - pos), reader,
-                             block == used, out.data() + (pos - start));
+    Status read = read_block(file, block, pos, static_cast<size_t>(stop - pos), reader, use,
+                             out.data() + (pos - start));
     if (!read.is_ok()) {
       return read;
     }
@@ -51,7 +56,7 @@ Result<std::string> Engine::read_blocks(const OpenFile& file, size_t size, off_t
 }
 
 Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, size_t len,
-                          std::optional<uid_t> reader, bool used, char* out) {
+                          std::optional<uid_t> reader, const BlockUse& use, char* out) {
   const std::string key = block_key(file.blocks->path, block);
   const auto id = registry_.find(key);
   const auto from_source = [&]() -> Status {
@@ -70,9 +75,7 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   if (!id) {
     return from_source();  // no order named this block: read through, as an unordered file
   }
-  if (used) {
-    note_block_use(file, *id, block, reader);
-  }
+  note_block_use(*id, block, len, use, reader);
   const FileVersion version = block_version(file.version, block);
   if (read_copy(*id, block, version, off, len, out)) {
     return Status::ok();
@@ -102,11 +105,9 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   return read;
 }
 
-void Engine::note_block_use(const OpenFile& file, FileId id, uint64_t block,
+void Engine::note_block_use(FileId id, uint64_t block, uint64_t len, const BlockUse& use,
                             std::optional<uid_t> reader) {
-  if (file.blocks->last_block.exchange(block, kRelaxed) != block) {
-    planner_->on_open(id, reader);  // the next sample's block: its use, in reader's streams
-  }
+  planner_->on_block_read(id, len, use.fresh && block == use.block, reader);
 }
 
 std::optional<Engine::BlockSlice> Engine::block_slice(const OpenFile& file, size_t size, off_t off,
@@ -122,7 +123,7 @@ std::optional<Engine::BlockSlice> Engine::block_slice(const OpenFile& file, size
   if (!copy) {
     return std::nullopt;
   }
-  note_block_use(file, *id, block, reader);
+  note_block_use(*id, block, end - start, block_use(file, start, end), reader);
   return BlockSlice{std::move(copy), static_cast<off_t>(start - block * kBlockBytes),
                     static_cast<size_t>(end - start)};
 }

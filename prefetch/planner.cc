@@ -170,7 +170,17 @@ void Planner::finish_epoch(size_t stream, int64_t now) {
 
 std::optional<size_t> Planner::on_open(FileId id, std::optional<uid_t> opener) {
   MutexLock lock(mu_);
-  auto match = schedule_.on_open(id, opener);
+  return matched(schedule_.on_open(id, opener));
+}
+
+std::optional<size_t> Planner::on_block_read(FileId id, uint64_t bytes, bool fresh,
+                                             std::optional<uid_t> opener) {
+  MutexLock lock(mu_);
+  return matched(schedule_.on_block_read(id, bytes, fresh, opener));
+}
+
+// What an open or a block's read matched: its stream's activity, epoch record and rate.
+std::optional<size_t> Planner::matched(std::optional<Schedule::Match> match) {
   if (!match) {
     ++unscheduled_opens_;
     return std::nullopt;
@@ -179,6 +189,9 @@ std::optional<size_t> Planner::on_open(FileId id, std::optional<uid_t> opener) {
   const int64_t now = now_ns();
   if (stream_job_[s] != nullptr) {
     stream_job_[s]->last_active_ns = now;
+  }
+  if (!match->consumed) {
+    return s;  // a block's read that used up no entry: no progress, not in the rate
   }
   if (finish_after_count_[s]) {
     finish_after_count_[s] = false;  // the count of the open that ended it never came
@@ -298,6 +311,11 @@ std::shared_ptr<const Credentials> Planner::reader_of(size_t stream) const {
 uint64_t Planner::next_use(FileId id) {
   MutexLock lock(mu_);
   return schedule_.next_use(id);
+}
+
+bool Planner::this_epoch_only(FileId id) {
+  MutexLock lock(mu_);
+  return schedule_.this_epoch_only(id);
 }
 
 bool Planner::repeats(FileId id) {

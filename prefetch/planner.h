@@ -203,6 +203,10 @@ class Planner final : public cachestore::NextUseOracle {
   // A reader (user opener, if known) opened id. The stream it advanced, if any: only a stream
   // of the opener's own jobs, or of the mount's (--shuffle-file).
   std::optional<size_t> on_open(FileId id, std::optional<uid_t> opener = std::nullopt);
+  // A READ of bytes of block id of a file read by blocks; fresh if it does not continue the
+  // reader's last READ of the file (Schedule::on_block_read).
+  std::optional<size_t> on_block_read(FileId id, uint64_t bytes, bool fresh,
+                                      std::optional<uid_t> opener);
 
   // An id an order's upload registered, and the user its path is charged to.
   struct Registered {
@@ -252,6 +256,7 @@ class Planner final : public cachestore::NextUseOracle {
 
   uint64_t next_use(FileId id) override;
   bool repeats(FileId id) override;
+  bool this_epoch_only(FileId id) override;
 
   PlannerStats stats() const;
 
@@ -283,8 +288,10 @@ class Planner final : public cachestore::NextUseOracle {
   // over a limit, or by the schedule.
   cachestore::Result<Schedule::Published> place(Job* job, const OrderHeader& header,
                                                 const std::string& stream,
-                                                std::vector<FileId> entries, const std::string& why)
-      REQUIRES(mu_);
+                                                std::vector<FileId> entries,
+                                                const std::vector<uint32_t>& uses,
+                                                const std::string& why) REQUIRES(mu_);
+  std::optional<size_t> matched(std::optional<Schedule::Match> match) REQUIRES(mu_);
   // The stream's stats follow what the schedule did with a published order: a new stream
   // starts them, a restart closes its history.
   void follow_published(Job& job, const Schedule::Published& p, const std::string& stream)

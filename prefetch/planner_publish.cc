@@ -49,29 +49,6 @@ void drop_repeats(std::vector<FileId>& entries, RejectReport& rejects) {
   }
 }
 
-// A range order's block is named once per sample it holds: hundreds of times an epoch, by
-// design, not by mistake. Past Schedule::kMaxRepeats its occurrences are thinned evenly over
-// the epoch, without a report, so that its next use is known to within 1/16 of an epoch.
-void thin_repeats(std::vector<FileId>& entries) {
-  // Counted in a map: a range order names few distinct blocks (a file's size over 1 MiB), and
-  // a vector by id would cost 4 bytes per file the mount knows.
-  std::unordered_map<FileId, std::pair<uint64_t, uint64_t>> counts;  // total, seen
-  for (FileId id : entries) {
-    ++counts[id].first;
-  }
-  size_t kept = 0;
-  for (FileId id : entries) {
-    auto& [n, seen] = counts[id];
-    const uint64_t j = seen++;
-    // Kept: the first occurrence of each of kMaxRepeats equal shares of the n.
-    const uint64_t k = Schedule::kMaxRepeats;
-    if (n <= k || j == 0 || j * k / n != (j - 1) * k / n) {
-      entries[kept++] = id;
-    }
-  }
-  entries.resize(kept);
-}
-
 }  // namespace
 
 PublishReport Planner::record(PublishReport report) {
@@ -196,6 +173,7 @@ std::string published_message(const Job& job, const PublishReport& report,
 cachestore::Result<Schedule::Published> Planner::place(Job* job, const OrderHeader& header,
                                                        const std::string& stream,
                                                        std::vector<FileId> entries,
+                                                       const std::vector<uint32_t>& uses,
                                                        const std::string& why) {
   if (job == nullptr) {
     return cachestore::Status::error(EDQUOT, why);
@@ -207,7 +185,7 @@ cachestore::Result<Schedule::Published> Planner::place(Job* job, const OrderHead
   }
   return schedule_.publish(Jobs::stream_key(*job, stream), header.epoch, std::move(entries),
                            job->permanent ? std::nullopt : std::optional<uint32_t>(job->uid),
-                           header.restart);
+                           header.restart, uses);
 }
 
 void Planner::follow_published(Job& job, const Schedule::Published& p, const std::string& stream) {
@@ -246,8 +224,9 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
   report.stream = header.stream.value_or(kDefaultStream);
   report.rejects = std::move(rejects);
   report.accepted = entries.size();
+  std::vector<uint32_t> uses;
   if (!block_files.empty()) {
-    thin_repeats(entries);  // accepted: the blocks named, before thinning
+    uses = Schedule::thin_repeats(entries);  // accepted: the blocks named, before thinning
   } else {
     drop_repeats(entries, report.rejects);
     report.accepted = entries.size();
@@ -255,7 +234,7 @@ PublishReport Planner::publish(const Publisher& publisher, const OrderHeader& he
   {
     MutexLock lock(mu_);
     Job* job = job_of(publisher, header, &report);
-    auto published = place(job, header, report.stream, std::move(entries), report.message);
+    auto published = place(job, header, report.stream, std::move(entries), uses, report.message);
     if (!published.is_ok()) {
       report.message =
           "stream " + report.stream + ": " +

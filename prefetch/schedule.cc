@@ -73,9 +73,13 @@ void Schedule::drop_stream(size_t stream) {
 Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
                                               std::optional<uint64_t> epoch,
                                               std::vector<FileId> entries,
-                                              std::optional<uint32_t> owner, bool restart) {
+                                              std::optional<uint32_t> owner, bool restart,
+                                              const std::vector<uint32_t>& uses) {
   if (entries.empty()) {
     return Status::error(EINVAL, "no entries");
+  }
+  if (!uses.empty() && uses.size() != entries.size()) {
+    return Status::error(EINVAL, "uses not one per entry");
   }
   bool created = false;
   const size_t si = stream_index(stream_id, &created);
@@ -106,13 +110,18 @@ Result<Schedule::Published> Schedule::publish(const std::string& stream_id,
   }
   entries_held_ = held;
 
-  auto fresh = std::make_unique<Epoch>(Epoch{si, number, next_gid_, 0, {}});
+  auto fresh = std::make_unique<Epoch>(Epoch{si, number, next_gid_, 0, {}, {}});
   next_gid_ += entries.size();
   fresh->slots.reserve(entries.size());
   for (FileId f : entries) {
     fresh->slots.push_back(Slot{f, 0});
   }
   entries = {};
+  fresh->credits.reserve(uses.size());
+  for (uint32_t n : uses) {
+    const uint32_t kept = std::clamp<uint32_t>(n, 1, kMaxUses);
+    fresh->credits.push_back(Credit{kept, kept * kUseUnits});
+  }
   const bool appended_last = !replaced && (q.empty() || q.back()->number < number);
   if (replaced) {
     fresh->start = (*same)->start;
@@ -324,8 +333,10 @@ uint64_t Schedule::next_use(FileId file) {
     const Slot& slot = p.epoch->slots[p.index];
     const uint64_t next = next_gid(gid, slot);
     if ((slot.link & kConsumed) != 0) {
-      if (gid == gid_of(l.first)) {
-        l.first = link_of(next);  // consumed occurrences at the front of the chain are done with
+      // Consumed occurrences at the front of the chain are done with, but a range order's:
+      // on_block_read counts the uses of all of a block's entries.
+      if (gid == gid_of(l.first) && p.epoch->credits.empty()) {
+        l.first = link_of(next);
         if (next == kNoGid) {
           l.last = kNoLink;
         }
@@ -405,7 +416,8 @@ uint64_t Schedule::memory_bytes() const {
   uint64_t bytes = links_.capacity() * sizeof(Links) + by_gid_.capacity() * sizeof(Epoch*);
   for (const auto& s : streams_) {
     for (const auto& e : s.epochs) {
-      bytes += e->slots.capacity() * sizeof(Slot) + sizeof(Epoch);
+      bytes += e->slots.capacity() * sizeof(Slot) + e->credits.capacity() * sizeof(Credit) +
+               sizeof(Epoch);
     }
   }
   return bytes;

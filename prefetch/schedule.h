@@ -21,7 +21,16 @@
 // consumed stays the same as the trainer advances (for one stream it is simply the timeline
 // position). Eviction compares these values; kNever means no known next use.
 //
-// Memory: 8 bytes per entry (file id, link) and 8 per file (first and last occurrence).
+// Range orders: a block is named once per sample, hundreds of times an epoch. The planner keeps
+// 16 of a block's entries an epoch and says how many uses each stands for (itself and those
+// thinned after it). The block's READs are uses (on_block_read), counted by their bytes, as the
+// kernel reads ahead and its page cache answers later samples' reads, which never reach us: a
+// READ of a fraction f of the block counts for f x the block's uses in the epoch, one at least
+// if it does not continue the reader's last. An entry is consumed when the uses before it are
+// used up, so the stream keeps pace with its reader.
+//
+// Memory: 8 bytes per entry (file id, link), 16 in a range order's epoch, and 8 per file
+// (first and last occurrence).
 //
 // Thread-safety: none. The Planner owns it under its lock.
 #pragma once
@@ -58,6 +67,16 @@ class Schedule {
   // walk an open makes over its file's occurrences by kMaxRepeats x epochs x streams, whatever
   // anyone published.
   static constexpr uint8_t kMaxRepeats = 16;
+  // Uses one entry of a range order's block may stand for (on_block_read), and the parts of
+  // a use its credit is counted in.
+  static constexpr uint32_t kMaxUses = (UINT32_MAX >> 8) - 1;
+  static constexpr uint32_t kUseUnits = 256;
+
+  // A range order's block is named once per sample it holds: hundreds of times an epoch, by
+  // design, not by mistake. Past kMaxRepeats its entries are thinned evenly over the epoch,
+  // without a report, so that its next use is known to within 1/16 of an epoch. Returns the
+  // uses each kept entry stands for (itself and those dropped after it), for publish.
+  static std::vector<uint32_t> thin_repeats(std::vector<FileId>& entries);
   // Entries held over all streams; keeps links within 31 bits.
   static constexpr uint64_t kMaxEntries = (uint64_t{1} << 31) - 1;
 
@@ -75,26 +94,37 @@ class Schedule {
   // new one becomes current.
   // owner: the user whose opens advance the stream (its job's); nullopt: anyone's.
   // restart: restart the stream at this epoch whatever its number (`#restart`).
+  // uses: empty, or per entry the uses of its file it stands for (a range order's thinned
+  // block: see above).
   cachestore::Result<Published> publish(const std::string& stream, std::optional<uint64_t> epoch,
                                         std::vector<FileId> entries,
                                         std::optional<uint32_t> owner = std::nullopt,
-                                        bool restart = false);
+                                        bool restart = false,
+                                        const std::vector<uint32_t>& uses = {});
 
   // An open of file by a reader. The stream whose order it matched, if any.
   struct Match {
     size_t stream;
     bool new_epoch;            // the open started the stream's next epoch
     bool ended_epoch = false;  // the open used up the stream's current epoch
+    bool consumed = true;      // false: a block's read used up no entry
   };
 
   // opener: the user who opened it; only streams of that user (or of anyone) can match, so that
   // another user's reads of the same files never move a job's position. nullopt: any stream.
   std::optional<Match> on_open(FileId file, std::optional<uint32_t> opener = std::nullopt);
 
+  // A READ of bytes of file, a block of a range order; fresh if it does not continue the
+  // reader's last READ of the file. As on_open for a block of no range order's current epoch.
+  std::optional<Match> on_block_read(FileId file, uint64_t bytes, bool fresh,
+                                     std::optional<uint32_t> opener = std::nullopt);
+
   // See the header comment. Not const: it drops consumed occurrences from F's chain.
   uint64_t next_use(FileId file);
   // Whether two occurrences of file not yet consumed lie in one epoch (a range order's block).
   bool repeats(FileId file);
+  // Whether file is named in a range order's current epoch and in no later epoch.
+  bool this_epoch_only(FileId file);
 
   // The next entry of stream ahead of the planner's position, if it lies less than `ahead`
   // entries past the head; advances the planner's position. Consumed entries are skipped.
@@ -145,12 +175,19 @@ class Schedule {
     uint32_t link;  // bit 31: consumed; bits 0..30: gid distance to the file's next slot
   };
 
+  // A range order's entry: the uses it stands for, and those left, in kUseUnits, once consumed.
+  struct Credit {
+    uint32_t uses;
+    uint32_t left;
+  };
+
   struct Epoch {
     size_t stream;
     uint64_t number;
     uint64_t gid;    // global id of slots[0]
     uint64_t start;  // stream timeline position of slots[0]
     std::vector<Slot> slots;
+    std::vector<Credit> credits;  // per slot, for a range order's epoch; else empty
   };
 
   struct Stream {
@@ -194,6 +231,7 @@ class Schedule {
   Place place_of(uint64_t gid) const;
   uint64_t next_gid(uint64_t gid, const Slot& slot) const;
   Slot* slot_at(Stream& s, uint64_t pos);
+  std::optional<Place> first_credited(FileId file, std::optional<uint32_t> opener);
   void consume(Stream& s, Epoch& e, size_t index);
   void advance_tail(Stream& s);
   void retire_front(Stream& s);

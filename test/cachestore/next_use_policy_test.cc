@@ -52,8 +52,11 @@ class MapOracle final : public NextUseOracle {
 
   bool repeats(FileId id) override { return repeated_.count(id) != 0; }
 
+  bool this_epoch_only(FileId id) override { return this_epoch_.count(id) != 0; }
+
   std::map<FileId, uint64_t> uses_;
   std::set<FileId> repeated_;
+  std::set<FileId> this_epoch_;
 };
 
 uint64_t belady_hits(const std::vector<FileId>& trace, size_t capacity) {
@@ -189,6 +192,17 @@ TEST_CASE("a repeated file displaces only a file with no known future", "[next_u
   CHECK(policy.worth_evicting(1, 4));        // 4 has no future
   oracle.repeated_.clear();
   CHECK(policy.worth_evicting(1, 2));  // once an epoch: Belady's rule
+}
+
+TEST_CASE("a block with no use past its epoch displaces nothing", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  oracle.uses_ = {{1, 5}, {2, 50}};
+  oracle.this_epoch_ = {1};
+  CHECK_FALSE(policy.worth_evicting(1, 2));
+  CHECK_FALSE(policy.worth_evicting(1, 4));  // not even a copy with no future
+  oracle.this_epoch_.clear();
+  CHECK(policy.worth_evicting(1, 2));
 }
 
 TEST_CASE("without any known future NextUsePolicy is LRU", "[next_use]") {

@@ -12,6 +12,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "prefetch/blocks.h"
+
 namespace epochfs::prefetch {
 namespace {
 
@@ -230,6 +232,43 @@ TEST_CASE("a file repeats while two of its uses are left in one epoch", "[schedu
   CHECK_FALSE(s.repeats(9));  // never named
   open_all(s, {1});
   CHECK_FALSE(s.repeats(1));  // one use left in each epoch
+}
+
+TEST_CASE("a block's reads use up the uses its entries stand for before the next entry",
+          "[schedule]") {
+  // A range order's epoch: blocks 1 and 2, each named twice, the first entry standing for
+  // three uses and the second for one; the same epoch queued after it.
+  Schedule s;
+  for (uint64_t epoch : {0, 1}) {
+    REQUIRE(s.publish("a", epoch, {1, 2, 1, 2}, std::nullopt, false, {3, 3, 1, 1}).is_ok());
+  }
+  constexpr uint64_t kPage = 4096;  // a sample's READ: one use, whatever its share of the block
+  const auto read = [&](FileId block) { return s.on_block_read(block, kPage, true); };
+  auto m = read(1);
+  REQUIRE(m.has_value());
+  CHECK(m->consumed);
+  CHECK(s.view(0).position == 1);
+  for (int i = 0; i < 2; ++i) {  // the entry's two other uses: no progress
+    m = read(1);
+    REQUIRE(m.has_value());
+    CHECK_FALSE(m->consumed);
+    CHECK(s.view(0).position == 1);
+  }
+  m = read(1);  // its second entry
+  CHECK(m->consumed);
+  CHECK(s.view(0).position == 3);
+  CHECK(s.view(0).epoch == 0);
+  // Half the block read on from where the last READ ended: half its four uses.
+  m = s.on_block_read(2, kBlockBytes / 2, false);
+  CHECK(m->consumed);
+  m = s.on_block_read(2, kPage, true);  // its first entry's third use
+  CHECK_FALSE(m->consumed);
+  CHECK(s.view(0).epoch == 0);
+  // Block 1 read past its uses: the reader is in the next epoch.
+  m = read(1);
+  REQUIRE(m.has_value());
+  CHECK(m->new_epoch);
+  CHECK(s.view(0).epoch == 1);
 }
 
 TEST_CASE("opens in order advance the position and retire the epoch at its end", "[schedule]") {
