@@ -20,6 +20,7 @@
 
 #include "cachestore/cache_dir.h"
 #include "cachestore/hex.h"
+#include "cachestore/proc_stat.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -36,51 +37,14 @@ constexpr unsigned kRemoveThreads = 8;
 // changed while it is read.
 constexpr int kRemovePasses = 3;
 
-struct ProcStat {
-  char state = 0;
-  uint64_t start = 0;
-};
-
-// Fields 3 (state) and 22 (starttime, clock ticks after boot) of /proc/<pid>/stat, or nullopt
-// if the process is not visible there. Field 2 (comm) may hold spaces and ')': parse after the
-// last ')'.
-std::optional<ProcStat> read_proc_stat(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  char buf[2048];
-  const ssize_t n = fd.valid() ? ::read(fd.get(), buf, sizeof(buf) - 1) : -1;
-  if (n <= 0) {
-    return std::nullopt;
-  }
-  buf[n] = '\0';
-  const char* p = strrchr(buf, ')');
-  if (p == nullptr || p[1] != ' ') {
-    return std::nullopt;
-  }
-  ProcStat st;
-  st.state = p[2];
-  p += 2;
-  for (int field = 3; field < 22 && p != nullptr; ++field) {
-    p = strchr(p, ' ');
-    p = p != nullptr ? p + 1 : nullptr;
-  }
-  if (p == nullptr) {
-    return std::nullopt;
-  }
-  st.start = std::strtoull(p, nullptr, 10);
-  return st;
-}
-
 // Whether the process that built a directory named with pid and start is still running. A
 // name without a start time (an older epochfs) is judged by its pid alone.
 bool builder_alive(pid_t pid, uint64_t start) {
   if (pid <= 0) {
     return false;
   }
-  if (const auto st = read_proc_stat(pid)) {
-    const bool exited = st->state == 'Z' || st->state == 'X';
-    return !exited && (start == 0 || st->start == start);
+  if (const auto st = ProcStat::of(pid)) {
+    return !st->exited() && (start == 0 || st->number(ProcStat::kStartTime) == start);
   }
   // Not in /proc: gone, unless /proc hides it (hidepid) or is not mounted.
   return ::kill(pid, 0) == 0 || errno == EPERM;
@@ -275,9 +239,10 @@ std::string source_dir_key(const std::string& source_key) {
 
 std::string process_dir_id() {
   const pid_t pid = ::getpid();
-  const auto st = read_proc_stat(pid);
+  const auto st = ProcStat::of(pid);
+  const auto start = st ? st->number(ProcStat::kStartTime) : std::nullopt;
   // Without /proc the name falls back to the pid alone, judged as an older epochfs's.
-  return std::to_string(pid) + (st ? "-" + std::to_string(st->start) : "");
+  return std::to_string(pid) + (start ? "-" + std::to_string(*start) : "");
 }
 
 std::vector<CacheDirEntry> list_cache_dirs(const std::string& root) {

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "cachestore/proc_stat.h"
 #include "cachestore/unique_fd.h"
 
 namespace epochfs::prefetch {
@@ -37,39 +38,17 @@ std::optional<uint64_t> to_u64(std::string_view s) {
   return v;
 }
 
-// Field `field` (1-based, as in proc(5)) of /proc/<pid>/stat; the command name (field 2) may
-// hold spaces and parentheses, so fields are counted from its closing parenthesis.
+// Field `field` of pid's /proc/<pid>/stat.
 std::optional<uint64_t> stat_field(pid_t pid, int field) {
-  const std::string text = read_proc("/proc/" + std::to_string(pid) + "/stat");
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos) {
-    return std::nullopt;
-  }
-  std::string_view rest(text);
-  rest.remove_prefix(close + 1);
-  for (int f = 3;; ++f) {
-    while (!rest.empty() && rest.front() == ' ') {
-      rest.remove_prefix(1);
-    }
-    const size_t end = std::min(rest.find(' '), rest.size());
-    if (rest.empty()) {
-      return std::nullopt;
-    }
-    if (f == field) {
-      return to_u64(rest.substr(0, end));
-    }
-    rest.remove_prefix(end);
-  }
+  const auto st = cachestore::ProcStat::of(pid);
+  return st ? st->number(field) : std::nullopt;
 }
-
-constexpr int kSessionField = 6;
-constexpr int kStartTimeField = 22;
 
 std::optional<ProcessRef> ref_of(pid_t pid) {
   if (pid <= 0) {
     return std::nullopt;
   }
-  auto start = stat_field(pid, kStartTimeField);
+  auto start = stat_field(pid, cachestore::ProcStat::kStartTime);
   if (!start) {
     return std::nullopt;
   }
@@ -99,20 +78,13 @@ std::optional<ProcessRef> process_of(pid_t tid) {
 }
 
 std::optional<ProcessRef> session_leader_of(pid_t tid) {
-  auto sid = tid > 0 ? stat_field(tid, kSessionField) : std::nullopt;
+  auto sid = tid > 0 ? stat_field(tid, cachestore::ProcStat::kSession) : std::nullopt;
   return sid ? ref_of(static_cast<pid_t>(*sid)) : std::nullopt;
 }
 
 bool alive(const ProcessRef& p) {
-  // A zombie has exited: its parent has not reaped it yet, but it runs no more.
-  const std::string text = read_proc("/proc/" + std::to_string(p.pid) + "/stat");
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' ||
-      text[close + 2] == 'X') {
-    return false;
-  }
-  auto start = stat_field(p.pid, kStartTimeField);
-  return start && *start == p.start_ticks;
+  const auto st = cachestore::ProcStat::of(p.pid);
+  return st && !st->exited() && st->number(cachestore::ProcStat::kStartTime) == p.start_ticks;
 }
 
 Publisher Publisher::of(uid_t uid, gid_t gid, pid_t tid) {
@@ -121,7 +93,7 @@ Publisher Publisher::of(uid_t uid, gid_t gid, pid_t tid) {
   p.creds = Credentials::of(uid, gid, tid);
   p.process = process_of(tid);
   if (tid > 0) {
-    if (auto sid = stat_field(tid, kSessionField)) {
+    if (auto sid = stat_field(tid, cachestore::ProcStat::kSession)) {
       p.sid = static_cast<pid_t>(*sid);
     }
   }

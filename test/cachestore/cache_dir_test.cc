@@ -15,7 +15,6 @@
 #include <random>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -26,6 +25,7 @@
 
 #include "cachestore/hex.h"
 #include "cachestore/log.h"
+#include "cachestore/proc_stat.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -98,15 +98,9 @@ void make_kept(const fs::path& dir) {
   std::ofstream(dir / CacheDir::kIndexName) << "epochfs-cache-index 1\n";
 }
 
-// Field 22 of /proc/<pid>/stat: the process's start time, in clock ticks after boot.
+// The process's start time, in clock ticks after boot.
 std::string start_time_of(pid_t pid) {
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {
-    fields >> field;
-  }
-  return field;
+  return std::to_string(ProcStat::of(pid)->number(ProcStat::kStartTime).value());
 }
 
 // This process's id in directory names: "<pid>-<start time>".

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <thread>
 
+#include "cachestore/proc_stat.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/mount_table.h"
 #include "tools/cli/progress.h"
@@ -26,13 +26,8 @@ constexpr auto kQuickExit = std::chrono::seconds(2);
 // True while pid runs. An exited child its parent has not reaped yet (a zombie) has done
 // everything it will do, so it counts as gone.
 bool running(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) {
-    return false;
-  }
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+  const auto st = cachestore::ProcStat::of(pid);
+  return st && !st->exited();
 }
 
 // Waits for the daemon to exit, or, kQuickExit past start, for its cache directory (empty:

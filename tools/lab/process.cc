@@ -10,10 +10,9 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
+#include "cachestore/proc_stat.h"
 #include "tools/cli/mount_table.h"
 
 namespace epochfs::tools {
@@ -48,24 +47,14 @@ pid_t spawn(const std::vector<std::string>& argv) {
 }
 
 std::optional<double> cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto close = line.rfind(')');  // the command may hold spaces and parentheses
-  if (close == std::string::npos) {
+  using cachestore::ProcStat;
+  const auto st = ProcStat::of(pid);
+  const auto user = st ? st->number(ProcStat::kUserTime) : std::nullopt;
+  const auto system = st ? st->number(ProcStat::kSystemTime) : std::nullopt;
+  if (!user || !system) {
     return std::nullopt;
   }
-  // utime and stime are fields 14 and 15; the rest starts at field 3, after the command.
-  std::istringstream fields(line.substr(close + 2));
-  std::string skipped;
-  for (int field = 3; field < 14; ++field) {
-    fields >> skipped;
-  }
-  unsigned long long utime = 0, stime = 0;
-  if (!(fields >> utime >> stime)) {
-    return std::nullopt;
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(*user + *system) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
