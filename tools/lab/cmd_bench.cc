@@ -29,7 +29,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "cachestore/root_dir.h"
