@@ -277,6 +277,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every figure to this file")
     a = ap.parse_args()
+    if a.ahead and a.epochs > 4:
+        ap.error("--ahead publishes every epoch before the first; a stream queues 4 at most")
     work = tempfile.mkdtemp(prefix="epochfs-ranges-")
     dirs = {"work": work, "shared": os.path.join(work, "shared")}
     served = tempfile.mkdtemp(prefix="epochfs-ranges-source-", dir="/dev/shm")
