@@ -497,11 +497,14 @@ TEST_CASE("copies deleted underneath in bulk are read from the source and made a
   CHECK(stat_of(mount, "cache.files_cached") == kFiles);
   CHECK(stat_of(mount, "cache.used_bytes") == used);
   CHECK(cached_objects(mount.cache_root()).size() == size_t{kFiles});
-  // Served from the cache again.
+  // Served from the cache again. Not one hit per file exactly: a page cache dropped by a test
+  // running beside this one makes the kernel read a file again (under no-open, a new open).
   REQUIRE(tools::drop_page_cache());
   const double hits_after = stat_of(mount, "hits");
+  const double misses_after = stat_of(mount, "misses");
   check_files(mount.path(), dir / "src", kFiles);
-  CHECK(stat_of(mount, "hits") - hits_after == kFiles);
+  CHECK(stat_of(mount, "hits") - hits_after >= kFiles);
+  CHECK(stat_of(mount, "misses") == misses_after);
 }
 
 TEST_CASE("a copy replaced by a link, a FIFO, a longer file or another copy is not served",
