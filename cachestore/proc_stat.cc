@@ -12,7 +12,8 @@ namespace epochfs::cachestore {
 std::optional<ProcStat> ProcStat::of(pid_t pid) {
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  char buf[1024];  // the line is under 400 bytes: 52 numbers and a 16-byte command name
+  // The whole line: a pid, a command of 16 bytes at most and 50 fields of 20 digits at most.
+  char buf[1200];
   const ssize_t n = fd.valid() ? ::read(fd.get(), buf, sizeof(buf)) : -1;
   if (n <= 0) {
     return std::nullopt;

@@ -255,13 +255,16 @@ TEST_CASE("a block's reads use up the uses its entries stand for before the next
     CHECK(s.view(0).position == 1);
   }
   m = read(1);  // its second entry
+  REQUIRE(m.has_value());
   CHECK(m->consumed);
   CHECK(s.view(0).position == 3);
   CHECK(s.view(0).epoch == 0);
   // Half the block read on from where the last READ ended: half its four uses.
   m = s.on_block_read(2, kBlockBytes / 2, false);
+  REQUIRE(m.has_value());
   CHECK(m->consumed);
   m = s.on_block_read(2, kPage, true);  // its first entry's third use
+  REQUIRE(m.has_value());
   CHECK_FALSE(m->consumed);
   CHECK(s.view(0).epoch == 0);
   // Block 1 read past its uses: the reader is in the next epoch.
