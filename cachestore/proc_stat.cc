@@ -45,8 +45,7 @@ std::string_view ProcStat::field(int n) const {
   }
 }
 
-std::optional<uint64_t> ProcStat::number(int n) const {
-  const std::string_view s = field(n);
+std::optional<uint64_t> parse_u64(std::string_view s) {
   uint64_t v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || s.empty()) {
@@ -54,6 +53,8 @@ std::optional<uint64_t> ProcStat::number(int n) const {
   }
   return v;
 }
+
+std::optional<uint64_t> ProcStat::number(int n) const { return parse_u64(field(n)); }
 
 bool ProcStat::exited() const {
   const std::string_view state = field(kState);

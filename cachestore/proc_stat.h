@@ -11,6 +11,9 @@
 
 namespace epochfs::cachestore {
 
+// s as a decimal number, all of it; nullopt if it is not one (or is empty).
+std::optional<uint64_t> parse_u64(std::string_view s);
+
 class ProcStat {
  public:
   // Fields numbered as in proc(5).

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <string_view>
 
 #include "cachestore/proc_stat.h"
@@ -27,15 +26,6 @@ std::string read_proc(const std::string& path) {
   char buf[1024];
   const ssize_t n = ::read(fd.get(), buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-std::optional<uint64_t> to_u64(std::string_view s) {
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end == s.data()) {
-    return std::nullopt;
-  }
-  return v;
 }
 
 // Field `field` of pid's /proc/<pid>/stat.
@@ -67,7 +57,7 @@ pid_t tgid_of(pid_t tid) {
   while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) {
     rest.remove_prefix(1);
   }
-  auto v = to_u64(rest.substr(0, rest.find('\n')));
+  auto v = cachestore::parse_u64(rest.substr(0, rest.find('\n')));
   return v ? static_cast<pid_t>(*v) : 0;
 }
 
@@ -75,11 +65,6 @@ pid_t tgid_of(pid_t tid) {
 
 std::optional<ProcessRef> process_of(pid_t tid) {
   return tid > 0 ? ref_of(tgid_of(tid)) : std::nullopt;
-}
-
-std::optional<ProcessRef> session_leader_of(pid_t tid) {
-  auto sid = tid > 0 ? stat_field(tid, cachestore::ProcStat::kSession) : std::nullopt;
-  return sid ? ref_of(static_cast<pid_t>(*sid)) : std::nullopt;
 }
 
 bool alive(const ProcessRef& p) {
@@ -92,12 +77,11 @@ Publisher Publisher::of(uid_t uid, gid_t gid, pid_t tid) {
   p.uid = uid;
   p.creds = Credentials::of(uid, gid, tid);
   p.process = process_of(tid);
-  if (tid > 0) {
-    if (auto sid = stat_field(tid, cachestore::ProcStat::kSession)) {
-      p.sid = static_cast<pid_t>(*sid);
-    }
+  const auto st = tid > 0 ? cachestore::ProcStat::of(tid) : std::nullopt;
+  if (auto sid = st ? st->number(cachestore::ProcStat::kSession) : std::nullopt) {
+    p.sid = static_cast<pid_t>(*sid);
+    p.leader = ref_of(p.sid);
   }
-  p.leader = session_leader_of(tid);
   return p;
 }
 

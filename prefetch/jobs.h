@@ -44,8 +44,6 @@ struct ProcessRef {
 
 // The process (thread group) of thread tid, if it still runs.
 std::optional<ProcessRef> process_of(pid_t tid);
-// The leader of tid's session, if it still runs.
-std::optional<ProcessRef> session_leader_of(pid_t tid);
 // True while p runs (its pid exists with the same start time).
 bool alive(const ProcessRef& p);
 

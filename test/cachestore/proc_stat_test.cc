@@ -42,5 +42,14 @@ TEST_CASE("a zombie has exited and a process gone is not found", "[proc_stat]") 
   CHECK_FALSE(ProcStat::of(child));
 }
 
+TEST_CASE("a number is all digits or none", "[proc_stat]") {
+  CHECK(parse_u64("0") == 0U);
+  CHECK(parse_u64("18446744073709551615") == UINT64_MAX);
+  CHECK_FALSE(parse_u64(""));
+  CHECK_FALSE(parse_u64("12 "));
+  CHECK_FALSE(parse_u64("-1"));
+  CHECK_FALSE(parse_u64("18446744073709551616"));
+}
+
 }  // namespace
 }  // namespace epochfs::cachestore
