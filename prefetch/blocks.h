@@ -48,6 +48,9 @@ struct Range {
 struct BlockUse {
   uint64_t block;  // holding the READ's middle
   bool fresh;      // it does not continue the handle's last READ
+
+  // The READ starts a use of block b (Planner::on_block_read's `fresh`).
+  bool fresh_for(uint64_t b) const { return fresh && b == block; }
 };
 
 // Parses "OFFSET LENGTH PATH" (decimal numbers, blanks between, the path the rest of the line,

@@ -305,9 +305,6 @@ class Engine final : public PrefetchSink {
   // id's (block's) ready copy of version, kept open for the reads that follow (block_copies_)
   // and read ahead whole (CacheStore::read_ahead) once a second at most; null if none is ready.
   std::shared_ptr<const HeldFds::Held> held_copy(FileId id, const cachestore::FileVersion& version);
-  // Reports len bytes of block (id) read by the READ use (Planner::on_block_read).
-  void note_block_use(FileId id, uint64_t block, uint64_t len, const BlockUse& use,
-                      std::optional<uid_t> reader);
   // From id's (block's) ready copy of version; false if none is ready or it failed.
   bool read_copy(FileId id, uint64_t block, const cachestore::FileVersion& version, uint64_t off,
                  size_t len, char* out);

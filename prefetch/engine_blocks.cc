@@ -75,7 +75,7 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   if (!id) {
     return from_source();  // no order named this block: read through, as an unordered file
   }
-  note_block_use(*id, block, len, use, reader);
+  planner_->on_block_read(*id, len, use.fresh_for(block), reader);
   const FileVersion version = block_version(file.version, block);
   if (read_copy(*id, block, version, off, len, out)) {
     return Status::ok();
@@ -105,11 +105,6 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
   return read;
 }
 
-void Engine::note_block_use(FileId id, uint64_t block, uint64_t len, const BlockUse& use,
-                            std::optional<uid_t> reader) {
-  planner_->on_block_read(id, len, use.fresh && block == use.block, reader);
-}
-
 std::optional<Engine::BlockSlice> Engine::block_slice(const OpenFile& file, size_t size, off_t off,
                                                       std::optional<uid_t> reader) {
   const auto start = static_cast<uint64_t>(off);
@@ -123,7 +118,7 @@ std::optional<Engine::BlockSlice> Engine::block_slice(const OpenFile& file, size
   if (!copy) {
     return std::nullopt;
   }
-  note_block_use(*id, block, end - start, block_use(file, start, end), reader);
+  planner_->on_block_read(*id, end - start, block_use(file, start, end).fresh_for(block), reader);
   return BlockSlice{std::move(copy), static_cast<off_t>(start - block * kBlockBytes),
                     static_cast<size_t>(end - start)};
 }
