@@ -310,15 +310,11 @@ void CacheDir::give_up() {
   removal_name_ = !s.is_ok() && s.error_code() == ENOENT ? "" : own.entry.name;
 }
 
-ObjectKey CacheDir::object_key(const std::string& source_path) {
+std::string CacheDir::object_name(const std::string& source_path) {
   const XXH128_hash_t h = XXH3_128bits(source_path.data(), source_path.size());
-  return ObjectKey{h.high64, h.low64};
-}
-
-std::string CacheDir::object_name(ObjectKey key) {
   std::string name(35, '/');  // "ab/ab..." : the fan-out directory, then 32 digits
-  put_hex64(key.high, name.data() + 3);
-  put_hex64(key.low, name.data() + 19);
+  put_hex64(h.high64, name.data() + 3);
+  put_hex64(h.low64, name.data() + 19);
   name[0] = name[3];
   name[1] = name[4];
   return name;

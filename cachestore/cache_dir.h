@@ -37,12 +37,6 @@
 
 namespace epochfs::cachestore {
 
-// XXH3-128 of a source path, which names its copy: 16 bytes to keep instead of the name.
-struct ObjectKey {
-  uint64_t high = 0;
-  uint64_t low = 0;
-};
-
 class CacheDir {
  public:
   // The index a kept directory carries from one mount to the next (docs/cache-format.md).
@@ -65,14 +59,9 @@ class CacheDir {
   CacheDir(const CacheDir&) = delete;
   CacheDir& operator=(const CacheDir&) = delete;
 
-  // The object name of a source file (its path relative to the source root):
-  // "ab/<32 hex>" of its ObjectKey. Pure; the same on every mount.
-  static std::string object_name(const std::string& source_path) {
-    return object_name(object_key(source_path));
-  }
-
-  static ObjectKey object_key(const std::string& source_path);
-  static std::string object_name(ObjectKey key);
+  // The object name of a source file (its path relative to the source root): "ab/<32 hex>"
+  // of the path's XXH3-128. Pure; the same on every mount.
+  static std::string object_name(const std::string& source_path);
 
   // Creates the fan-out directory above name if missing. Starts the background removal.
   Status make_parents(const std::string& name) const;

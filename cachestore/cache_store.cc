@@ -134,19 +134,29 @@ uint64_t CacheStore::charge_for(uint64_t size) const {
   return blocks * block_bytes_;
 }
 
-void CacheStore::mark_removing(FileId id, Entry& e, std::vector<Removal>& out) {
-  e.state = State::kRemoving;
-  policy_->removed(id);
-  out.push_back(Removal{id, CacheDir::object_name(e.key)});
+std::string CacheStore::object_name_of(FileId id) const {
+  const std::string path = path_of_ ? path_of_(id) : std::string();
+  return path.empty() ? std::string() : CacheDir::object_name(path);
 }
 
-void CacheStore::finish_removals(const std::vector<Removal>& removals) {
+void CacheStore::mark_removing(FileId id, Entry& e, std::vector<FileId>& out) {
+  e.state = State::kRemoving;
+  policy_->removed(id);
+  out.push_back(id);
+}
+
+void CacheStore::finish_removals(const std::vector<FileId>& removals) {
   std::vector<FileId> gone;
-  for (const auto& r : removals) {
+  for (const FileId id : removals) {
     // Unlinking an open copy is safe: its reader keeps the inode until it closes. A copy that
-    // cannot be unlinked still takes disk space, so it stays charged (kRemoving) for good.
-    if (::unlinkat(dir_->fd(), r.name.c_str(), 0) == 0 || errno == ENOENT) {
-      gone.push_back(r.id);
+    // cannot be unlinked (or named: never, while the registry keeps its promise) still takes
+    // disk space, so it stays charged (kRemoving) for good.
+    const std::string name = object_name_of(id);
+    if (name.empty()) {
+      continue;
+    }
+    if (::unlinkat(dir_->fd(), name.c_str(), 0) == 0 || errno == ENOENT) {
+      gone.push_back(id);
     } else {
       note_fault(errno);
     }
@@ -164,11 +174,11 @@ void CacheStore::finish_removals(const std::vector<Removal>& removals) {
 
 // Charges for a copy of size bytes for id, evicting unpinned ready files as needed (if
 // may_evict). False if it cannot fit.
-bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size, bool may_evict) {
+bool CacheStore::reserve(FileId id, uint64_t size, bool may_evict) {
   const uint64_t charge = charge_for(size);
   while (true) {
     const uint64_t capacity = effective_capacity();
-    std::vector<Removal> removals;
+    std::vector<FileId> removals;
     {
       MutexLock lock(mu_);
       if (entries_.contains(id)) {
@@ -177,7 +187,7 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size, bool may_evict
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
-        entries_.insert(id, Entry{State::kStaging, false, false, 0, size, 0, 0, key});
+        entries_.insert(id, Entry{State::kStaging, false, false, 0, size, 0, 0});
         ++counters_.copies_in_flight;
         return true;
       }
@@ -205,20 +215,19 @@ bool CacheStore::reserve(FileId id, ObjectKey key, uint64_t size, bool may_evict
   }
 }
 
-std::optional<Staging> CacheStore::begin_staging(FileId id, const std::string& path, uint64_t size,
-                                                 bool may_evict) {
+std::optional<Staging> CacheStore::begin_staging(FileId id, uint64_t size, bool may_evict) {
   if (staging_suspended()) {
     return std::nullopt;
   }
-  const ObjectKey key = CacheDir::object_key(path);
-  if (!reserve(id, key, size, may_evict)) {
+  std::string name = object_name_of(id);
+  if (name.empty() || !reserve(id, size, may_evict)) {
     return std::nullopt;
   }
   Staging s;
   s.store_ = this;
   s.id_ = id;
   s.size_ = size;
-  s.final_name_ = CacheDir::object_name(key);
+  s.final_name_ = std::move(name);
   s.temp_name_ = temp_name_for(s.final_name_);
   Status made = create_temp(s);
   if (!made.is_ok() && made.error_code() == ENOENT && remake_removed_dir()) {
@@ -312,7 +321,7 @@ void CacheStore::abort(Staging staging, int err) {
   }
 }
 
-void CacheStore::drop_locked(FileId id, bool damaged, std::vector<Removal>& out) {
+void CacheStore::drop_locked(FileId id, bool damaged, std::vector<FileId>& out) {
   Entry* e = entries_.find(id);
   if (e == nullptr || e->state != State::kReady) {
     return;
@@ -338,9 +347,9 @@ UniqueFd CacheStore::open_object(const std::string& name) const {
 }
 
 std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& version) {
-  std::string name;
+  bool pinned = false;
   uint64_t size = 0;
-  std::vector<Removal> removals;
+  std::vector<FileId> removals;
   {
     MutexLock lock(mu_);
     Entry* e = entries_.find(id);
@@ -350,14 +359,19 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
     if (e->is_of(version)) {
       ++e->pins;
       policy_->accessed(id);
-      name = CacheDir::object_name(e->key);
+      pinned = true;
       size = e->size();
     } else {
       drop_locked(id, false, removals);
     }
   }
-  if (name.empty()) {
+  if (!pinned) {
     finish_removals(removals);
+    return std::nullopt;
+  }
+  const std::string name = object_name_of(id);
+  if (name.empty()) {
+    unpin(id);
     return std::nullopt;
   }
   // The copy must still be what we wrote: present and of the right size. The content hash is
@@ -395,7 +409,7 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
 }
 
 void CacheStore::unpin(FileId id) {
-  std::vector<Removal> removals;
+  std::vector<FileId> removals;
   {
     MutexLock lock(mu_);
     Entry* e = entries_.find(id);
@@ -410,7 +424,7 @@ void CacheStore::unpin(FileId id) {
 }
 
 void CacheStore::drop(FileId id, bool damaged) {
-  std::vector<Removal> removals;
+  std::vector<FileId> removals;
   {
     MutexLock lock(mu_);
     drop_locked(id, damaged, removals);

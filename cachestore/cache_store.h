@@ -154,10 +154,12 @@ class CacheStore {
   // objects built after the store).
   void set_policy(std::unique_ptr<EvictionPolicy> policy);
 
-  // What the engine's registry knows of file ids, for the index a kept cache writes at the
-  // end: the path, and the version last seen (entries keep a hash of their copy's version, not
-  // the version; a copy of another version is not kept). Call once, before any other method;
-  // without it, nothing is kept.
+  // What the engine's registry knows of file ids: the path, which names the copy (entries
+  // keep no name) and goes in the index a kept cache writes at the end, and the version last
+  // seen, for that index (entries keep a hash of their copy's version, not the version; a copy
+  // of another version is not kept). Call once, before any other method: without it nothing
+  // is staged. REQUIRES: an id's path neither changes nor goes while the id has an entry
+  // (contains), and path_of takes no lock of the store's caller but leaf ones.
   using PathOf = std::function<std::string(FileId)>;
   using VersionOf = std::function<std::optional<FileVersion>(FileId)>;
 
@@ -196,12 +198,11 @@ class CacheStore {
   // Watches one call on the cache disk made outside the store (a read of an open copy).
   DiskWatch::Op watch_io() { return watch_.begin(); }
 
-  // Starts a copy of id (source path `path`, `size` bytes): reserves capacity, evicting
-  // unpinned files if needed (unless !may_evict), and creates the temporary file. nullopt if
-  // id is already cached or staging, it is not worth what it would evict, there is no room, or
-  // staging is suspended.
-  std::optional<Staging> begin_staging(FileId id, const std::string& path, uint64_t size,
-                                       bool may_evict = true);
+  // Starts a copy of id (`size` bytes): reserves capacity, evicting unpinned files if needed
+  // (unless !may_evict), and creates the temporary file. nullopt if id has no path, is already
+  // cached or staging, it is not worth what it would evict, there is no room, or staging is
+  // suspended.
+  std::optional<Staging> begin_staging(FileId id, uint64_t size, bool may_evict = true);
 
   // Publishes a finished copy of `version` with content hash `hash`.
   Status commit(Staging staging, const FileVersion& version, uint64_t hash);
@@ -223,7 +224,7 @@ class CacheStore {
   }
 
   // Enters a kept copy as ready for id, charged, to be verified at first open. A copy that no
-  // longer fits the capacity is removed instead.
+  // longer fits the capacity is removed instead. REQUIRES: copy.path is id's path (PathOf).
   void adopt(FileId id, const KeptCopy& copy);
 
   // Reads every ready copy whole and checks it against the hash recorded when it was made;
@@ -246,7 +247,7 @@ class CacheStore {
  private:
   enum class State : uint8_t { kStaging, kReady, kRemoving };
 
-  // 48 bytes: with a million copies, every field counts (docs/benchmarks.md, "Memory per
+  // 32 bytes: with a million copies, every field counts (docs/benchmarks.md, "Memory per
   // file").
   struct Entry {
     State state = State::kStaging;
@@ -258,9 +259,8 @@ class CacheStore {
     // FileVersion: 40 bytes, which the registry keeps already.
     uint64_t version = 0;
     uint64_t hash = 0;  // of the copy's content
-    // Names the copy (CacheDir::object_name). No path or name is kept: with a million
-    // copies, their strings were half of the daemon's memory per cached file.
-    ObjectKey key;
+    // No name, nor its 16-byte key: the copy's name is its path's (object_name_of), which the
+    // registry keeps anyway.
 
     uint64_t size() const { return bytes; }
 
@@ -270,22 +270,21 @@ class CacheStore {
     }
   };
 
-  static_assert(sizeof(Entry) == 48);
-
-  // A file to unlink once the lock is released, then uncharge.
-  struct Removal {
-    FileId id;
-    std::string name;
-  };
+  static_assert(sizeof(Entry) == 32);
 
   CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> dir,
              std::unique_ptr<EvictionPolicy> policy, uint64_t block_bytes);
 
   uint64_t charge_for(uint64_t size) const;
   uint64_t effective_capacity();
-  bool reserve(FileId id, ObjectKey key, uint64_t size, bool may_evict);
-  void mark_removing(FileId id, Entry& e, std::vector<Removal>& out) REQUIRES(mu_);
-  void finish_removals(const std::vector<Removal>& removals);
+  bool reserve(FileId id, uint64_t size, bool may_evict);
+  // Moves id to kRemoving (still charged) and adds it to out, the copies to unlink once mu_
+  // is released (finish_removals), then uncharge.
+  void mark_removing(FileId id, Entry& e, std::vector<FileId>& out) REQUIRES(mu_);
+  void finish_removals(const std::vector<FileId>& removals) EXCLUDES(mu_);
+  // The name of id's copy in the cache directory; empty if id has no path (path_of_). Takes
+  // the registry's lock: never called with mu_ held.
+  std::string object_name_of(FileId id) const EXCLUDES(mu_);
   void note_fault(int err);
   // Creates s's temporary file (and its fan-out directory).
   Status create_temp(Staging& s);
@@ -297,7 +296,7 @@ class CacheStore {
   bool staging_suspended();
   // DiskWatch's verdict; logs when it changes.
   bool disk_hung();
-  void drop_locked(FileId id, bool damaged, std::vector<Removal>& out) REQUIRES(mu_);
+  void drop_locked(FileId id, bool damaged, std::vector<FileId>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);
   UniqueFd open_object(const std::string& name) const;
   // Whether st is a copy of size bytes: a regular file (something put in its place, such as a
@@ -319,7 +318,7 @@ class CacheStore {
   mutable Mutex mu_;
   Mutex remake_mu_;  // one remake_removed_dir at a time; taken before mu_
   std::unique_ptr<EvictionPolicy> policy_ GUARDED_BY(mu_);
-  PathOf path_of_;  // set before use
+  PathOf path_of_;  // set before use: it names every copy
   VersionOf version_of_;
   // The versions of copies kept by an earlier mount and not yet opened (verify_pending): no
   // registry has seen their files yet, and the index a kept cache writes needs them.

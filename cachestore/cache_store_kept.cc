@@ -109,21 +109,20 @@ void CacheStore::load_index() {
 }
 
 void CacheStore::adopt(FileId id, const KeptCopy& copy) {
-  const ObjectKey key = CacheDir::object_key(copy.path);
   const uint64_t charge = charge_for(copy.size);
   {
     MutexLock lock(mu_);
     if (!entries_.contains(id) && used_bytes_ + charge <= options_.capacity_bytes) {
       used_bytes_ += charge;
-      entries_.insert(id, Entry{State::kReady, false, true, 0, copy.size, copy.version.digest(),
-                                copy.hash, key});
+      entries_.insert(
+          id, Entry{State::kReady, false, true, 0, copy.size, copy.version.digest(), copy.hash});
       kept_versions_.set(id, copy.version);
       policy_->inserted(id);
       return;
     }
   }
   // No room under the capacity of this mount.
-  ::unlinkat(dir_->fd(), CacheDir::object_name(key).c_str(), 0);
+  ::unlinkat(dir_->fd(), CacheDir::object_name(copy.path).c_str(), 0);
 }
 
 // A copy kept by an earlier mount is read whole and hashed once, at its first open, before it

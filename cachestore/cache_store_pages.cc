@@ -11,7 +11,6 @@
 namespace epochfs::cachestore {
 
 void CacheStore::read_in(FileId id) {
-  std::string name;
   uint64_t bytes = 0;
   {
     MutexLock lock(mu_);
@@ -19,12 +18,12 @@ void CacheStore::read_in(FileId id) {
     if (e == nullptr || e->state != State::kReady || e->doomed) {
       return;
     }
-    name = CacheDir::object_name(e->key);
     bytes = e->size();
   }
   if (!dev_null_.valid() || disk_hung()) {
     return;
   }
+  const std::string name = object_name_of(id);
   // Unpinned: if the copy is evicted meanwhile, the open fails or reads pages no one will ask
   // for; either costs nothing but the read.
   const DiskWatch::Op op = watch_.begin();

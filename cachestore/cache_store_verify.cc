@@ -40,10 +40,10 @@ VerifyReport CacheStore::verify_all() {
         continue;
       }
       ++e->pins;  // not evicted while we read it
-      name = CacheDir::object_name(e->key);
       size = e->size();
       expected = e->hash;
     }
+    name = object_name_of(id);
     UniqueFd fd = open_object(name);
     struct stat st;
     bool good = fd.valid() && ::fstat(fd.get(), &st) == 0 && is_object(st, size);

@@ -77,7 +77,7 @@ void Engine::join_blocks(FileId id, const std::string& rel_path, const FileVersi
     }
     ids.push_back(*block);
   }
-  auto staging = cache_->begin_staging(id, rel_path, size, false);
+  auto staging = cache_->begin_staging(id, size, false);
   if (!staging) {
     join_refused_.marked(id, cachestore::now_ns());
     return;

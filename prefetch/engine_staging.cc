@@ -273,7 +273,7 @@ cachestore::Result<std::shared_ptr<const HeldFds::Held>> Engine::copy_source(
 bool Engine::stage(FileId id, const std::string& rel_path, int fd, const FileVersion& file_version,
                    std::optional<uint64_t> block) {
   const FileVersion version = block ? block_version(file_version, *block) : file_version;
-  auto staging = cache_->begin_staging(id, rel_path, static_cast<uint64_t>(version.size));
+  auto staging = cache_->begin_staging(id, static_cast<uint64_t>(version.size));
   if (!staging) {
     return true;
   }

@@ -141,7 +141,7 @@ std::string read_all(int fd) {
 
 // A source file, open for reading, with the version it had when opened.
 struct Source {
-  std::string rel;  // path relative to the source root, as given to begin_staging
+  std::string rel;  // path relative to the source root
   std::string content;
   UniqueFd fd;
   FileVersion version;
@@ -173,8 +173,12 @@ uint64_t round_to_blocks(uint64_t size, uint64_t block) {
   return std::max<uint64_t>(1, (size + block - 1) / block) * block;
 }
 
+// What names id's copy: the path the engine's registry would give (CacheStore::set_names).
+std::string path_of(FileId id) { return "file-" + std::to_string(id); }
+
 std::unique_ptr<CacheStore> open_store(const fs::path& root, uint64_t capacity,
-                                       double reserve_fraction = 0) {
+                                       double reserve_fraction = 0,
+                                       CacheStore::PathOf names = path_of) {
   CacheOptions options;
   options.root = root;
   options.source_key = kSourceKey;
@@ -183,12 +187,13 @@ std::unique_ptr<CacheStore> open_store(const fs::path& root, uint64_t capacity,
   auto store = CacheStore::open(options, std::make_unique<LruPolicy>());
   INFO(store.status().to_string());
   REQUIRE(store.is_ok());
+  store.value()->set_names(std::move(names), [](FileId) { return std::nullopt; });
   return std::move(store).value();
 }
 
 // Stages src as id and commits it; true if a copy is now cached.
 bool stage(CacheStore& store, FileId id, const Source& src) {
-  auto s = store.begin_staging(id, src.rel, src.content.size());
+  auto s = store.begin_staging(id, src.content.size());
   if (!s) {
     return false;
   }
@@ -213,8 +218,8 @@ std::optional<std::string> cached_content(CacheStore& store, FileId id,
   return content;
 }
 
-fs::path object_path(const CacheStore& store, const std::string& rel) {
-  return fs::path(store.path()) / CacheDir::object_name(rel);
+fs::path object_path(const CacheStore& store, FileId id) {
+  return fs::path(store.path()) / CacheDir::object_name(path_of(id));
 }
 
 // Regular files under the store's directory, other than its lock file. Throws on anything
@@ -249,7 +254,7 @@ TEST_CASE("CacheStore::read_in returns with the copy's pages in memory", "[cache
   auto store = open_store(t.cache(), uint64_t{1} << 30);
   const Source src = make_source(t.src(), "a/block", random_bytes(1 << 20, 11));
   REQUIRE(stage(*store, 7, src));
-  const std::string object = object_path(*store, src.rel);
+  const std::string object = object_path(*store, 7);
   test::drop_pages(object);
   REQUIRE(test::resident_pages(object) < test::pages_of(object));
   store->read_in(7);
@@ -311,7 +316,7 @@ TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
   const Source src = make_source(t.src(), "a/b.jpg", random_bytes((2 << 20) + 12345, 7));
   const uint64_t size = src.content.size();
 
-  auto s = store->begin_staging(7, src.rel, size);
+  auto s = store->begin_staging(7, size);
   REQUIRE(s.has_value());
   CHECK(s->id() == 7);
   CHECK(s->size() == size);
@@ -327,7 +332,7 @@ TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
   CHECK(hash.value() == XXH3_64bits(src.content.data(), src.content.size()));
   // Not visible before commit: no hit, and nothing at the final name.
   CHECK_FALSE(store->open_copy(7, src.version).has_value());
-  CHECK_FALSE(fs::exists(object_path(*store, src.rel)));
+  CHECK_FALSE(fs::exists(object_path(*store, 7)));
 
   REQUIRE(store->commit(std::move(*s), src.version, hash.value()).is_ok());
   const CacheStats st = store->stats();
@@ -347,7 +352,7 @@ TEST_CASE("CacheStore serves a committed copy byte for byte", "[cache_store]") {
   // The copy sits at its object name, and nothing else does.
   const auto files = files_in(*store);
   REQUIRE(files.size() == 1);
-  CHECK(files[0] == object_path(*store, src.rel));
+  CHECK(files[0] == object_path(*store, 7));
   // A second reader hits too.
   CHECK(cached_content(*store, 7, src.version) == src.content);
   // Another id was never staged.
@@ -360,14 +365,14 @@ TEST_CASE("CacheStore stages each file once at a time", "[cache_store]") {
   const uint64_t block = block_size_of(t.cache());
   const Source src = make_source(t.src(), "x/one.bin", random_bytes(5000, 1));
 
-  auto first = store->begin_staging(1, src.rel, src.content.size());
+  auto first = store->begin_staging(1, src.content.size());
   REQUIRE(first.has_value());
   // Already staging: refused, and not charged twice.
-  CHECK_FALSE(store->begin_staging(1, src.rel, src.content.size()).has_value());
+  CHECK_FALSE(store->begin_staging(1, src.content.size()).has_value());
   CHECK(store->stats().copies_in_flight == 1);
   CHECK(store->stats().used_bytes == round_to_blocks(5000, block));
   // Another id is independent.
-  auto other = store->begin_staging(2, "x/two.bin", 10);
+  auto other = store->begin_staging(2, 10);
   CHECK(other.has_value());
   store->abort(std::move(*other), 0);
 
@@ -376,12 +381,25 @@ TEST_CASE("CacheStore stages each file once at a time", "[cache_store]") {
   REQUIRE(hash.is_ok());
   REQUIRE(store->commit(std::move(*first), src.version, hash.value()).is_ok());
   // Ready: refused as well.
-  CHECK_FALSE(store->begin_staging(1, src.rel, src.content.size()).has_value());
+  CHECK_FALSE(store->begin_staging(1, src.content.size()).has_value());
   CHECK(store->stats().files_staged == 1);
   CHECK(store->stats().used_bytes == round_to_blocks(5000, block));
   CHECK(cached_content(*store, 1, src.version) == src.content);
   // None of these refusals is for lack of room.
   CHECK(store->stats().skipped_no_room == 0);
+}
+
+TEST_CASE("CacheStore stages nothing for a file it cannot name", "[cache_store]") {
+  Scratch t;
+  // Released from the registry (its path is empty): the engine never asks, but if it did,
+  // the copy would have no name to be found, or removed, by.
+  auto store = open_store(t.cache(), uint64_t{1} << 30, 0,
+                          [](FileId id) { return id == 3 ? std::string() : path_of(id); });
+  CHECK_FALSE(store->begin_staging(3, 100).has_value());
+  CHECK(store->stats().used_bytes == 0);
+  CHECK(store->stats().copies_in_flight == 0);
+  CHECK(files_in(*store).empty());
+  CHECK(store->begin_staging(4, 100).has_value());
 }
 
 TEST_CASE("CacheStore drops a copy of another version", "[cache_store]") {
@@ -399,7 +417,7 @@ TEST_CASE("CacheStore drops a copy of another version", "[cache_store]") {
   CHECK(st.dropped_stale == 1);
   CHECK(st.files_cached == 0);
   CHECK(st.used_bytes == 0);
-  CHECK_FALSE(fs::exists(object_path(*store, old_src.rel)));
+  CHECK_FALSE(fs::exists(object_path(*store, 5)));
   // The old version is gone too.
   CHECK_FALSE(store->open_copy(5, old_src.version).has_value());
   CHECK(store->stats().dropped_stale == 1);
@@ -445,11 +463,11 @@ TEST_CASE("CacheStore stages without evicting when told not to", "[cache_store]"
   const Source b = make_source(t.src(), "b", random_bytes(block, 2));
   const Source c = make_source(t.src(), "c", random_bytes(block, 3));
   REQUIRE(stage(*store, 1, a));
-  auto free_room = store->begin_staging(2, b.rel, block, false);  // fits beside a
+  auto free_room = store->begin_staging(2, block, false);  // fits beside a
   CHECK(free_room.has_value());
   store->abort(std::move(*free_room), 0);
   REQUIRE(stage(*store, 2, b));
-  CHECK_FALSE(store->begin_staging(3, c.rel, block, false).has_value());
+  CHECK_FALSE(store->begin_staging(3, block, false).has_value());
   CHECK(store->stats().evictions == 0);
   CHECK(store->stats().skipped_no_room == 1);
   CHECK(cached_content(*store, 1, a.version) == a.content);
@@ -463,7 +481,7 @@ TEST_CASE("copy_range joins pieces of cached copies into one, at their offsets",
   const Source first = make_source(t.src(), "first", random_bytes(300000, 1));
   const Source second = make_source(t.src(), "second", random_bytes(5000, 2));
   const std::string whole = first.content + second.content;
-  auto s = store->begin_staging(9, "whole", whole.size());
+  auto s = store->begin_staging(9, whole.size());
   REQUIRE(s.has_value());
   bool fault = true;
   // The second piece first: each lands at its own offset.
@@ -478,7 +496,7 @@ TEST_CASE("copy_range joins pieces of cached copies into one, at their offsets",
   REQUIRE(store->commit(std::move(*s), version, hash.value()).is_ok());
   CHECK(cached_content(*store, 9, version) == whole);
   // A piece past its file's end fails (EIO), not a fault of the cache disk.
-  auto other = store->begin_staging(10, "other", 2000);
+  auto other = store->begin_staging(10, 2000);
   REQUIRE(other.has_value());
   CHECK(copy_range(second.fd.get(), 4000, *other, 0, 2000, &fault).error_code() == EIO);
   CHECK_FALSE(fault);
@@ -493,7 +511,7 @@ TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_sto
   for (FileId id = 0; id <= 10; ++id) {
     src.push_back(make_source(t.src(), "f" + std::to_string(id), random_bytes(block, id)));
   }
-  auto present = [&](FileId id) { return fs::exists(object_path(*store, src[id].rel)); };
+  auto present = [&](FileId id) { return fs::exists(object_path(*store, id)); };
 
   for (FileId id = 1; id <= 4; ++id) {
     REQUIRE(stage(*store, id, src[id]));
@@ -527,7 +545,7 @@ TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_sto
     auto fd5 = store->open_copy(5, src[5].version);
     auto fd6 = store->open_copy(6, src[6].version);
     REQUIRE((fd1 && fd5 && fd6));
-    CHECK_FALSE(store->begin_staging(7, src[7].rel, block).has_value());
+    CHECK_FALSE(store->begin_staging(7, block).has_value());
     st = store->stats();
     CHECK(st.skipped_no_room == 1);
     CHECK(st.evictions == 2);
@@ -547,7 +565,7 @@ TEST_CASE("CacheStore evicts the least recently used unpinned copy", "[cache_sto
   }
 
   SECTION("a file bigger than the capacity is refused without evicting") {
-    CHECK_FALSE(store->begin_staging(8, src[8].rel, 4 * block + 1).has_value());
+    CHECK_FALSE(store->begin_staging(8, 4 * block + 1).has_value());
     st = store->stats();
     CHECK(st.skipped_no_room == 1);
     CHECK(st.evictions == 1);
@@ -606,7 +624,7 @@ TEST_CASE("CacheStore never exceeds its capacity under concurrent staging", "[ca
             store->unpin(id);
           }
         } else if (op < 9) {
-          auto s = store->begin_staging(id, src[id].rel, src[id].content.size());
+          auto s = store->begin_staging(id, src[id].content.size());
           if (!s) {
             continue;
           }
@@ -683,10 +701,10 @@ TEST_CASE("CacheStore keeps a dropped copy readable until it is unpinned", "[cac
   CHECK(read_all(fd->get()) == src.content);
   // No new reader gets it, and it cannot be restaged while the old copy is pinned.
   CHECK_FALSE(store->open_copy(1, src.version).has_value());
-  CHECK_FALSE(store->begin_staging(1, src.rel, src.content.size()).has_value());
+  CHECK_FALSE(store->begin_staging(1, src.content.size()).has_value());
 
   store->unpin(1);
-  CHECK_FALSE(fs::exists(object_path(*store, src.rel)));
+  CHECK_FALSE(fs::exists(object_path(*store, 1)));
   CHECK(files_in(*store).empty());
   CHECK(store->stats().used_bytes == 0);
   CHECK(store->stats().files_cached == 0);
@@ -702,7 +720,7 @@ TEST_CASE("CacheStore detects a copy deleted or truncated underneath", "[cache_s
   auto store = open_store(t.cache(), uint64_t{1} << 30);
   const Source src = make_source(t.src(), "a/b.jpg", random_bytes(50000, 4));
   REQUIRE(stage(*store, 1, src));
-  const fs::path obj = object_path(*store, src.rel);
+  const fs::path obj = object_path(*store, 1);
   REQUIRE(fs::is_regular_file(obj));
 
   SECTION("deleted") { REQUIRE(::unlink(obj.c_str()) == 0); }
@@ -762,7 +780,7 @@ TEST_CASE("a copy whose directory is deleted before its rename is no disk fault"
   auto store = open_store(t.cache(), uint64_t{1} << 30);
   const Source a = make_source(t.src(), "a", random_bytes(50000, 8));
   const Source b = make_source(t.src(), "b", random_bytes(20000, 9));
-  auto s = store->begin_staging(1, a.rel, a.content.size());
+  auto s = store->begin_staging(1, a.content.size());
   REQUIRE(s.has_value());
   bool fault = false;
   auto hash = copy_into(a.fd.get(), *s, &fault);
@@ -820,7 +838,7 @@ TEST_CASE("CacheStore abort removes the temporary file and frees the charge", "[
   const Source src = make_source(t.src(), "a/b.jpg", random_bytes(300000, 5));
 
   SECTION("explicit abort after the copy") {
-    auto s = store->begin_staging(1, src.rel, src.content.size());
+    auto s = store->begin_staging(1, src.content.size());
     REQUIRE(s.has_value());
     bool fault = false;
     REQUIRE(copy_into(src.fd.get(), *s, &fault).is_ok());
@@ -828,19 +846,19 @@ TEST_CASE("CacheStore abort removes the temporary file and frees the charge", "[
     store->abort(std::move(*s), 0);
   }
   SECTION("explicit abort before any byte") {
-    auto s = store->begin_staging(1, src.rel, src.content.size());
+    auto s = store->begin_staging(1, src.content.size());
     REQUIRE(s.has_value());
     store->abort(std::move(*s), 0);
   }
   SECTION("abandoned Staging") {
-    auto s = store->begin_staging(1, src.rel, src.content.size());
+    auto s = store->begin_staging(1, src.content.size());
     REQUIRE(s.has_value());
     bool fault = false;
     REQUIRE(copy_into(src.fd.get(), *s, &fault).is_ok());
     s.reset();
   }
   SECTION("Staging replaced by move assignment") {
-    auto s = store->begin_staging(1, src.rel, src.content.size());
+    auto s = store->begin_staging(1, src.content.size());
     REQUIRE(s.has_value());
     *s = Staging();
   }
@@ -865,7 +883,7 @@ TEST_CASE("CacheStore tells a failing source from a failing cache disk", "[cache
   const Source src = make_source(t.src(), "short.bin", random_bytes(10000, 6));
 
   // The source ends before the announced size (it shrank since it was stat'ed).
-  auto s = store->begin_staging(1, src.rel, 20000);
+  auto s = store->begin_staging(1, 20000);
   REQUIRE(s.has_value());
   bool fault = true;
   auto r = copy_into(src.fd.get(), *s, &fault);
@@ -877,7 +895,7 @@ TEST_CASE("CacheStore tells a failing source from a failing cache disk", "[cache
   // The source cannot be read at all.
   UniqueFd write_only(::open((t.src() / "short.bin").c_str(), O_WRONLY | O_CLOEXEC));
   REQUIRE(write_only.valid());
-  s = store->begin_staging(2, "other.bin", 100);
+  s = store->begin_staging(2, 100);
   REQUIRE(s.has_value());
   fault = true;
   r = copy_into(write_only.get(), *s, &fault);
@@ -915,7 +933,7 @@ TEST_CASE("CacheStore suspends staging when the cache disk is full", "[cache_sto
   REQUIRE(stage(*store, 1, src[1]));
 
   // A copy starts while there is room; then something else fills the disk.
-  auto s = store->begin_staging(2, src[2].rel, src[2].content.size());
+  auto s = store->begin_staging(2, src[2].content.size());
   REQUIRE(s.has_value());
   UniqueFd filler(::open((root / "filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   REQUIRE(filler.valid());
@@ -942,7 +960,7 @@ TEST_CASE("CacheStore suspends staging when the cache disk is full", "[cache_sto
   CHECK(files_in(*store).size() == 2);  // the temporary file is gone
 
   // Staging is suspended; reads of what is cached go on.
-  CHECK_FALSE(store->begin_staging(3, src[3].rel, src[3].content.size()).has_value());
+  CHECK_FALSE(store->begin_staging(3, src[3].content.size()).has_value());
   st = store->stats();
   CHECK(st.skipped_suspended == 1);
   CHECK(st.skipped_no_room == 0);
@@ -1038,7 +1056,7 @@ TEST_CASE("CacheStore keeps the free-space reserve by evicting", "[cache_store][
   CHECK(store->stats().evictions == 1);
   CHECK(free_bytes() >= 128 * 1024);
   // Beyond what the disk can give while keeping the reserve.
-  CHECK_FALSE(store->begin_staging(3, big.rel, big.content.size()).has_value());
+  CHECK_FALSE(store->begin_staging(3, big.content.size()).has_value());
   CHECK(store->stats().skipped_no_room == 1);
   CHECK(store->stats().evictions == 1);  // refused without evicting b for nothing
   CHECK(cached_content(*store, 2, b.version) == b.content);
@@ -1062,9 +1080,9 @@ TEST_CASE("CacheStore keeps the free-space reserve against concurrent stagings",
   const Source a = make_source(t.src(), "a", random_bytes(96 * 1024, 1));
   const Source b = make_source(t.src(), "b", random_bytes(96 * 1024, 2));
 
-  auto sa = store->begin_staging(1, a.rel, a.content.size());
+  auto sa = store->begin_staging(1, a.content.size());
   REQUIRE(sa.has_value());
-  auto sb = store->begin_staging(2, b.rel, b.content.size());  // 192 KiB in all: no room
+  auto sb = store->begin_staging(2, b.content.size());  // 192 KiB in all: no room
   const bool b_admitted = sb.has_value();
   for (auto* pair : {&sa, &sb}) {
     if (pair->has_value()) {
