@@ -120,7 +120,7 @@ std::vector<bool> CacheStore::contains_each(const std::vector<FileId>& ids) cons
 bool CacheStore::has_ready(FileId id, const FileVersion& version) const {
   MutexLock lock(mu_);
   const Entry* e = entries_.find(id);
-  return e != nullptr && e->state == State::kReady && !e->doomed && e->is_of(version);
+  return e != nullptr && e->state() == State::kReady && !e->doomed && e->is_of(version);
 }
 
 CacheStore::~CacheStore() {
@@ -140,7 +140,7 @@ std::string CacheStore::object_name_of(FileId id) const {
 }
 
 void CacheStore::mark_removing(FileId id, Entry& e, std::vector<FileId>& out) {
-  e.state = State::kRemoving;
+  e.set_state(State::kRemoving);
   policy_->removed(id);
   out.push_back(id);
 }
@@ -164,7 +164,7 @@ void CacheStore::finish_removals(const std::vector<FileId>& removals) {
   MutexLock lock(mu_);
   for (FileId id : gone) {
     const Entry* e = entries_.find(id);
-    if (e != nullptr && e->state == State::kRemoving) {
+    if (e != nullptr && e->state() == State::kRemoving) {
       used_bytes_ -= charge_for(e->size());
       entries_.erase(id);
       kept_versions_.erase(id);
@@ -184,10 +184,14 @@ bool CacheStore::reserve(FileId id, uint64_t size, bool may_evict) {
       if (entries_.contains(id)) {
         return false;
       }
+      if (size > Entry::kMaxBytes) {
+        ++counters_.skipped_no_room;
+        return false;
+      }
       if (used_bytes_ + charge <= capacity) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
-        entries_.insert(id, Entry{State::kStaging, false, false, 0, size, 0, 0});
+        entries_.insert(id, Entry(State::kStaging, size, 0, 0, false));
         ++counters_.copies_in_flight;
         return true;
       }
@@ -198,7 +202,7 @@ bool CacheStore::reserve(FileId id, uint64_t size, bool may_evict) {
       // Called by choose_victim within this scope, with mu_ held.
       auto victim = policy_->choose_victim([this](FileId v) NO_THREAD_SAFETY_ANALYSIS {
         const Entry* e = entries_.find(v);
-        return e != nullptr && e->state == State::kReady && e->pins == 0;
+        return e != nullptr && e->state() == State::kReady && e->pins == 0;
       });
       if (!victim || charge > capacity) {
         ++counters_.skipped_no_room;
@@ -289,7 +293,7 @@ Status CacheStore::commit(Staging staging, const FileVersion& version, uint64_t 
   MutexLock lock(mu_);
   // Only abort() erases an entry being staged, and the Staging owns it until then.
   Entry& e = *entries_.find(staging.id_);
-  e.state = State::kReady;
+  e.set_state(State::kReady);
   staging_bytes_ -= charge_for(e.size());
   e.bytes = static_cast<uint64_t>(version.size);
   e.version = version.digest();
@@ -312,7 +316,7 @@ void CacheStore::abort(Staging staging, int err) {
   }
   MutexLock lock(mu_);
   const Entry* e = entries_.find(staging.id_);
-  if (e != nullptr && e->state == State::kStaging) {
+  if (e != nullptr && e->state() == State::kStaging) {
     used_bytes_ -= charge_for(e->size());
     staging_bytes_ -= charge_for(e->size());
     entries_.erase(staging.id_);
@@ -323,7 +327,7 @@ void CacheStore::abort(Staging staging, int err) {
 
 void CacheStore::drop_locked(FileId id, bool damaged, std::vector<FileId>& out) {
   Entry* e = entries_.find(id);
-  if (e == nullptr || e->state != State::kReady) {
+  if (e == nullptr || e->state() != State::kReady) {
     return;
   }
   damaged ? ++counters_.dropped_damaged : ++counters_.dropped_stale;
@@ -353,11 +357,13 @@ std::optional<UniqueFd> CacheStore::open_copy(FileId id, const FileVersion& vers
   {
     MutexLock lock(mu_);
     Entry* e = entries_.find(id);
-    if (e == nullptr || e->state != State::kReady || e->doomed) {
+    if (e == nullptr || e->state() != State::kReady || e->doomed) {
       return std::nullopt;
     }
     if (e->is_of(version)) {
-      ++e->pins;
+      if (!e->pin()) {
+        return std::nullopt;  // kMaxPins readers have it open: this one reads the source
+      }
       policy_->accessed(id);
       pinned = true;
       size = e->size();

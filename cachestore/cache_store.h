@@ -177,8 +177,9 @@ class CacheStore {
   // Whether id has a ready copy of exactly `version`.
   bool has_ready(FileId id, const FileVersion& version) const;
 
-  // A ready copy of id at exactly `version`, pinned, as an fd to read; nullopt on a miss.
-  // A copy of another version is dropped. REQUIRES: unpin(id) once the reader is done.
+  // A ready copy of id at exactly `version`, pinned, as an fd to read; nullopt on a miss, or
+  // if Entry::kMaxPins readers have the copy open. A copy of another version is dropped. REQUIRES:
+  // unpin(id) once the reader is done.
   std::optional<UniqueFd> open_copy(FileId id, const FileVersion& version);
   void unpin(FileId id);
   // Reads id's ready copy into the page cache, for a reader to come, and returns once it is
@@ -247,22 +248,44 @@ class CacheStore {
  private:
   enum class State : uint8_t { kStaging, kReady, kRemoving };
 
-  // 32 bytes: with a million copies, every field counts (docs/benchmarks.md, "Memory per
+  // 24 bytes: with a million copies, every field counts (docs/benchmarks.md, "Memory per
   // file").
   struct Entry {
-    State state = State::kStaging;
-    bool doomed = false;          // remove when the last pin goes
-    bool verify_pending = false;  // kept by an earlier mount: check the hash at first open
-    uint32_t pins = 0;
-    uint64_t bytes = 0;  // the copy's size (the source's at open while staging); charged
+    // A copy's size fits 44 bits (16 TiB); larger files are not cached whole.
+    static constexpr uint64_t kMaxBytes = (uint64_t{1} << 44) - 1;
+    // Readers of one copy at once; past this many, an open reads the source.
+    static constexpr uint64_t kMaxPins = (uint64_t{1} << 16) - 1;
+
+    Entry() = default;
+
+    Entry(State s, uint64_t size, uint64_t digest, uint64_t content_hash, bool verify)
+        : bytes(size),
+          state_bits(static_cast<uint64_t>(s)),
+          verify_pending(verify),
+          version(digest),
+          hash(content_hash) {}
+
+    uint64_t bytes : 44 = 0;  // the copy's size (the source's at open while staging); charged
+    uint64_t pins : 16 = 0;
+    uint64_t state_bits : 2 = 0;
+    uint64_t doomed : 1 = 0;          // remove when the last pin goes
+    uint64_t verify_pending : 1 = 0;  // kept by an earlier mount: check the hash at first open
     // The copy's source version, as FileVersion::digest; 0 while staging. Not the
     // FileVersion: 40 bytes, which the registry keeps already.
     uint64_t version = 0;
     uint64_t hash = 0;  // of the copy's content
+
     // No name, nor its 16-byte key: the copy's name is its path's (object_name_of), which the
     // registry keeps anyway.
 
     uint64_t size() const { return bytes; }
+
+    State state() const { return static_cast<State>(state_bits); }
+
+    void set_state(State s) { state_bits = static_cast<uint64_t>(s); }
+
+    // Takes a pin; false if the copy has kMaxPins already.
+    bool pin() { return pins < kMaxPins && ++pins > 0; }
 
     // The size too, though the digest covers it: a copy of another size is never served.
     bool is_of(const FileVersion& v) const {
@@ -270,7 +293,7 @@ class CacheStore {
     }
   };
 
-  static_assert(sizeof(Entry) == 32);
+  static_assert(sizeof(Entry) == 24);
 
   CacheStore(const CacheOptions& options, std::unique_ptr<CacheDir> dir,
              std::unique_ptr<EvictionPolicy> policy, uint64_t block_bytes);

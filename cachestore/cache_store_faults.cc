@@ -71,7 +71,7 @@ bool CacheStore::bypass_hung_disk(FileId id) {
   }
   MutexLock lock(mu_);
   const Entry* e = entries_.find(id);
-  if (e != nullptr && e->state == State::kReady && !e->doomed) {
+  if (e != nullptr && e->state() == State::kReady && !e->doomed) {
     ++counters_.hung_disk_bypasses;
   }
   return true;
@@ -138,7 +138,7 @@ size_t CacheStore::forget_ready_copies() {
   MutexLock lock(mu_);
   // Called by for_each within this scope, with mu_ held.
   entries_.for_each([&](FileId id, Entry& e) NO_THREAD_SAFETY_ANALYSIS {
-    if (e.state != State::kReady || e.doomed) {
+    if (e.state() != State::kReady || e.doomed) {
       // A copy being made fails at its commit, a removal finds nothing to unlink, and a
       // doomed copy was counted when it was found missing.
       return;

@@ -33,7 +33,7 @@ void CacheStore::save_index() {
     MutexLock lock(mu_);
     // Called by for_each within this scope, with mu_ held.
     entries_.for_each([&](FileId id, const Entry& e) NO_THREAD_SAFETY_ANALYSIS {
-      if (e.state == State::kReady && !e.doomed) {
+      if (e.state() == State::kReady && !e.doomed) {
         ready.push_back(Ready{id, e, e.verify_pending ? kept_versions_.get(id) : std::nullopt});
       }
     });
@@ -112,10 +112,10 @@ void CacheStore::adopt(FileId id, const KeptCopy& copy) {
   const uint64_t charge = charge_for(copy.size);
   {
     MutexLock lock(mu_);
-    if (!entries_.contains(id) && used_bytes_ + charge <= options_.capacity_bytes) {
+    if (!entries_.contains(id) && copy.size <= Entry::kMaxBytes &&
+        used_bytes_ + charge <= options_.capacity_bytes) {
       used_bytes_ += charge;
-      entries_.insert(
-          id, Entry{State::kReady, false, true, 0, copy.size, copy.version.digest(), copy.hash});
+      entries_.insert(id, Entry(State::kReady, copy.size, copy.version.digest(), copy.hash, true));
       kept_versions_.set(id, copy.version);
       policy_->inserted(id);
       return;

@@ -15,7 +15,7 @@ void CacheStore::read_in(FileId id) {
   {
     MutexLock lock(mu_);
     const Entry* e = entries_.find(id);
-    if (e == nullptr || e->state != State::kReady || e->doomed) {
+    if (e == nullptr || e->state() != State::kReady || e->doomed) {
       return;
     }
     bytes = e->size();

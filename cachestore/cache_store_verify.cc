@@ -17,7 +17,7 @@ VerifyReport CacheStore::verify_all() {
     MutexLock lock(mu_);
     // Called by for_each within this scope, with mu_ held.
     entries_.for_each([&](FileId id, const Entry& e) NO_THREAD_SAFETY_ANALYSIS {
-      if (e.state == State::kReady && !e.doomed) {
+      if (e.state() == State::kReady && !e.doomed) {
         ids.push_back(id);
       }
     });
@@ -35,11 +35,12 @@ VerifyReport CacheStore::verify_all() {
     {
       MutexLock lock(mu_);
       Entry* e = entries_.find(id);
-      if (e == nullptr || e->state != State::kReady || e->doomed) {
-        ++counters_.verify_checked;  // evicted or dropped since the list was made: done with
+      // Evicted or dropped since the list was made: done with. A copy kMaxPins readers have
+      // open is left unchecked rather than read unpinned.
+      if (e == nullptr || e->state() != State::kReady || e->doomed || !e->pin()) {
+        ++counters_.verify_checked;
         continue;
       }
-      ++e->pins;  // not evicted while we read it
       size = e->size();
       expected = e->hash;
     }

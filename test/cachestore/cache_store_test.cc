@@ -832,6 +832,35 @@ TEST_CASE("CacheStore keeps a copy it cannot open for want of descriptors", "[ca
   CHECK(cached_content(*store, 1, src.version) == src.content);
 }
 
+TEST_CASE("CacheStore bounds a copy's readers and a copy's size", "[cache_store]") {
+  Scratch t;
+  auto store = open_store(t.cache(), uint64_t{1} << 50);
+  const Source src = make_source(t.src(), "a/b.jpg", random_bytes(5000, 4));
+  REQUIRE(stage(*store, 1, src));
+  // 65,535 readers at once (their descriptors closed, their pins kept); the next reads the
+  // source, and the copy is neither dropped nor evictable while any pin is held.
+  int pinned = 0;
+  while (auto fd = store->open_copy(1, src.version)) {
+    ++pinned;
+    REQUIRE(pinned <= 65535);
+  }
+  CHECK(pinned == 65535);
+  CHECK(store->stats().files_cached == 1);
+  CHECK(store->stats().dropped_damaged == 0);
+  store->unpin(1);
+  CHECK(store->open_copy(1, src.version).has_value());  // one pin freed: one more reader
+  for (int i = 0; i < pinned; ++i) {
+    store->unpin(1);
+  }
+  CHECK(cached_content(*store, 1, src.version) == src.content);
+
+  // A copy's size fits 44 bits: a larger file is not staged whole, and nothing is charged.
+  const uint64_t used = store->stats().used_bytes;
+  CHECK_FALSE(store->begin_staging(2, uint64_t{1} << 44).has_value());
+  CHECK(store->stats().used_bytes == used);
+  CHECK(store->stats().skipped_no_room == 1);
+}
+
 TEST_CASE("CacheStore abort removes the temporary file and frees the charge", "[cache_store]") {
   Scratch t;
   auto store = open_store(t.cache(), uint64_t{1} << 30);
