@@ -184,18 +184,15 @@ bool CacheStore::reserve(FileId id, uint64_t size, bool may_evict) {
       if (entries_.contains(id)) {
         return false;
       }
-      if (size > Entry::kMaxBytes) {
-        ++counters_.skipped_no_room;
-        return false;
-      }
-      if (used_bytes_ + charge <= capacity) {
+      const bool too_big = size > Entry::kMaxBytes || charge > capacity;
+      if (used_bytes_ + charge <= capacity && !too_big) {
         used_bytes_ += charge;
         staging_bytes_ += charge;
         entries_.insert(id, Entry(State::kStaging, size, 0, 0, false));
         ++counters_.copies_in_flight;
         return true;
       }
-      if (!may_evict) {
+      if (!may_evict || too_big) {
         ++counters_.skipped_no_room;
         return false;
       }
@@ -204,7 +201,7 @@ bool CacheStore::reserve(FileId id, uint64_t size, bool may_evict) {
         const Entry* e = entries_.find(v);
         return e != nullptr && e->state() == State::kReady && e->pins == 0;
       });
-      if (!victim || charge > capacity) {
+      if (!victim) {
         ++counters_.skipped_no_room;
         return false;
       }
