@@ -134,11 +134,6 @@ uint64_t CacheStore::charge_for(uint64_t size) const {
   return blocks * block_bytes_;
 }
 
-std::string CacheStore::object_name_of(FileId id) const {
-  const std::string path = path_of_ ? path_of_(id) : std::string();
-  return path.empty() ? std::string() : CacheDir::object_name(path);
-}
-
 void CacheStore::mark_removing(FileId id, Entry& e, std::vector<FileId>& out) {
   e.set_state(State::kRemoving);
   policy_->removed(id);
@@ -166,8 +161,7 @@ void CacheStore::finish_removals(const std::vector<FileId>& removals) {
     const Entry* e = entries_.find(id);
     if (e != nullptr && e->state() == State::kRemoving) {
       used_bytes_ -= charge_for(e->size());
-      entries_.erase(id);
-      kept_versions_.erase(id);
+      erase_entry_locked(id);
     }
   }
 }
@@ -220,15 +214,20 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, uint64_t size, bool 
   if (staging_suspended()) {
     return std::nullopt;
   }
-  std::string name = object_name_of(id);
-  if (name.empty() || !reserve(id, size, may_evict)) {
+  if (!reserve(id, size, may_evict)) {
     return std::nullopt;
   }
   Staging s;
   s.store_ = this;
   s.id_ = id;
   s.size_ = size;
-  s.final_name_ = std::move(name);
+  // Named once the entry holds the id: a release of its path that raced this start either
+  // came first (no name: given up) or saw the entry (keep_name).
+  s.final_name_ = object_name_of(id);
+  if (s.final_name_.empty()) {
+    abort(std::move(s), 0);
+    return std::nullopt;
+  }
   s.temp_name_ = temp_name_for(s.final_name_);
   Status made = create_temp(s);
   if (!made.is_ok() && made.error_code() == ENOENT && remake_removed_dir()) {
@@ -316,7 +315,7 @@ void CacheStore::abort(Staging staging, int err) {
   if (e != nullptr && e->state() == State::kStaging) {
     used_bytes_ -= charge_for(e->size());
     staging_bytes_ -= charge_for(e->size());
-    entries_.erase(staging.id_);
+    erase_entry_locked(staging.id_);
     --counters_.copies_in_flight;
     ++counters_.copies_aborted;
   }

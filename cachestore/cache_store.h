@@ -42,6 +42,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cachestore/cache_dir.h"
@@ -158,8 +159,9 @@ class CacheStore {
   // keep no name) and goes in the index a kept cache writes at the end, and the version last
   // seen, for that index (entries keep a hash of their copy's version, not the version; a copy
   // of another version is not kept). Call once, before any other method: without it nothing
-  // is staged. REQUIRES: an id's path neither changes nor goes while the id has an entry
-  // (contains), and path_of takes no lock of the store's caller but leaf ones.
+  // is staged. Both are called with no lock of the store's held. REQUIRES: an id's path
+  // neither changes nor goes while the id has an entry (contains), but for a release that
+  // raced the start of its copy, which the releaser reports (keep_name).
   using PathOf = std::function<std::string(FileId)>;
   using VersionOf = std::function<std::optional<FileVersion>(FileId)>;
 
@@ -167,6 +169,11 @@ class CacheStore {
     path_of_ = std::move(path_of);
     version_of_ = std::move(version_of);
   }
+
+  // The path of id, which path_of no longer gives: its registry released it while a copy of
+  // it was starting. Kept while id has an entry, so the copy can still be found and removed;
+  // nothing if id has none.
+  void keep_name(FileId id, const std::string& path);
 
   // Whether id has an entry (being staged, ready or being removed); for many ids, under one
   // hold of the lock.
@@ -305,9 +312,11 @@ class CacheStore {
   // is released (finish_removals), then uncharge.
   void mark_removing(FileId id, Entry& e, std::vector<FileId>& out) REQUIRES(mu_);
   void finish_removals(const std::vector<FileId>& removals) EXCLUDES(mu_);
-  // The name of id's copy in the cache directory; empty if id has no path (path_of_). Takes
-  // the registry's lock: never called with mu_ held.
+  // The name of id's copy in the cache directory; empty if id has no path (path_of_, else
+  // keep_name's). Takes the registry's lock: never called with mu_ held.
   std::string object_name_of(FileId id) const EXCLUDES(mu_);
+  // Forgets id's entry and what is kept beside it.
+  void erase_entry_locked(FileId id) REQUIRES(mu_);
   void note_fault(int err);
   // Creates s's temporary file (and its fan-out directory).
   Status create_temp(Staging& s);
@@ -347,6 +356,7 @@ class CacheStore {
   // registry has seen their files yet, and the index a kept cache writes needs them.
   KeptVersions kept_versions_ GUARDED_BY(mu_);
   IdTable<Entry> entries_ GUARDED_BY(mu_);
+  std::unordered_map<FileId, std::string> released_names_ GUARDED_BY(mu_);  // keep_name
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight
   CacheStats counters_ GUARDED_BY(mu_);

@@ -151,8 +151,7 @@ size_t CacheStore::forget_ready_copies() {
     }
     policy_->removed(id);
     used_bytes_ -= charge_for(e.size());
-    entries_.erase(id);
-    kept_versions_.erase(id);
+    erase_entry_locked(id);
   });
   return lost;
 }

@@ -44,7 +44,8 @@ void Engine::reclaim() {
 }
 
 std::vector<bool> Engine::copies_hold(const std::vector<FileId>& ids) {
-  // A copy can start only from a pinned open or a planning pass: neither while this runs.
+  // A copy can start from a pinned open, a planning pass (neither while this runs) or a READ
+  // of a block (see name_raced_copies).
   std::vector<bool> held = flights_.has_each(ids);
   if (cache_) {
     const std::vector<bool> cached = cache_->contains_each(ids);
@@ -88,8 +89,19 @@ size_t Engine::release_candidates() {
   }
   planner_->return_candidates(copied);
   std::vector<std::pair<Planner::Registered, std::optional<size_t>>> done;
+  std::vector<std::pair<FileId, std::string>> released;
   planner_->release_unheld(
-      free_of_copies, [this](FileId id) { return registry_.release_unpinned(id); }, &done);
+      free_of_copies,
+      [&](FileId id) {
+        std::string path = registry_.path_of(id);
+        auto length = registry_.release_unpinned(id);
+        if (length) {
+          released.emplace_back(id, std::move(path));
+        }
+        return length;
+      },
+      &done);
+  name_raced_copies(released);
   const uint64_t epoch = grace_.epoch();
   for (const auto& [c, length] : done) {
     if (!length) {
@@ -103,6 +115,25 @@ size_t Engine::release_candidates() {
   }
   charge_reclaim(uids, cachestore::thread_cpu_ns() - start_cpu);
   return done.size();
+}
+
+void Engine::name_raced_copies(const std::vector<std::pair<FileId, std::string>>& released) {
+  // A copy can also start from a READ of a block, which found the block's id (without
+  // pinning it) before copies_hold looked: its entry may now hold an id with no path. The
+  // store names its copy from the path it had (CacheStore::keep_name).
+  if (!cache_ || released.empty()) {
+    return;
+  }
+  std::vector<FileId> ids;
+  for (const auto& r : released) {
+    ids.push_back(r.first);
+  }
+  const std::vector<bool> cached = cache_->contains_each(ids);
+  for (size_t i = 0; i < released.size(); ++i) {
+    if (cached[i]) {
+      cache_->keep_name(released[i].first, released[i].second);
+    }
+  }
 }
 
 void Engine::recycle_released() {

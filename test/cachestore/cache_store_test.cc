@@ -402,6 +402,32 @@ TEST_CASE("CacheStore stages nothing for a file it cannot name", "[cache_store]"
   CHECK(store->begin_staging(4, 100).has_value());
 }
 
+TEST_CASE("CacheStore finds and removes a copy whose path went as it started", "[cache_store]") {
+  Scratch t;
+  // The registry releases id 5's path while its copy starts (Engine::name_raced_copies).
+  auto five = std::make_shared<std::string>(path_of(5));
+  auto store = open_store(t.cache(), uint64_t{1} << 30, 0,
+                          [five](FileId id) { return id == 5 ? *five : path_of(id); });
+  const Source src = make_source(t.src(), "a/b.jpg", random_bytes(3000, 1));
+  REQUIRE(stage(*store, 5, src));
+  five->clear();
+  CHECK_FALSE(store->open_copy(5, src.version).has_value());  // no name: read from the source
+  CHECK(store->stats().files_cached == 1);
+
+  store->keep_name(5, path_of(5));
+  CHECK(cached_content(*store, 5, src.version) == src.content);
+  store->drop(5);
+  CHECK_FALSE(fs::exists(object_path(*store, 5)));
+  CHECK(store->stats().used_bytes == 0);
+  CHECK(store->stats().files_cached == 0);
+
+  // The name went with the entry, and one kept for an id with no entry is not kept.
+  store->keep_name(5, path_of(5));
+  CHECK_FALSE(store->begin_staging(5, 100).has_value());
+  CHECK(store->stats().used_bytes == 0);
+  CHECK(files_in(*store).empty());
+}
+
 TEST_CASE("CacheStore drops a copy of another version", "[cache_store]") {
   Scratch t;
   auto store = open_store(t.cache(), uint64_t{1} << 30);
