@@ -292,7 +292,11 @@ class CacheStore {
     void set_state(State s) { state_bits = static_cast<uint64_t>(s); }
 
     // Takes a pin; false if the copy has kMaxPins already.
-    bool pin() { return pins < kMaxPins && ++pins > 0; }
+    bool pin() {
+      if (pins == kMaxPins) return false;
+      ++pins;
+      return true;
+    }
 
     // The size too, though the digest covers it: a copy of another size is never served.
     bool is_of(const FileVersion& v) const {
