@@ -10,63 +10,18 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <sstream>
-#include <vector>
+
+#include "cachestore/mount_info.h"
 
 namespace epochfs::tools {
-namespace {
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_octal(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 3), nullptr, 8)));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-struct MountEntry {
-  std::string devno;  // major:minor
-  std::string type;
-};
-
-// The mount on top at path, from /proc/self/mountinfo.
-std::optional<MountEntry> mount_at(const std::string& path) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  std::optional<MountEntry> found;
-  while (std::getline(in, line)) {
-    // id parent major:minor root mountpoint options [optional...] - fstype source superopts
-    std::istringstream fields(line);
-    std::string id, parent, devno, root, mountpoint;
-    fields >> id >> parent >> devno >> root >> mountpoint;
-    if (unescape_octal(mountpoint) != path) {
-      continue;
-    }
-    std::string word;
-    while (fields >> word && word != "-") {
-    }
-    std::string type;
-    fields >> type;
-    found = MountEntry{devno, type};  // the last one listed is the one on top
-  }
-  return found;
-}
-
-}  // namespace
 
 std::optional<std::string> mount_type_at(const std::string& path) {
-  auto entry = mount_at(path);
+  auto entry = cachestore::mount_at(path);
   return entry ? std::optional<std::string>(entry->type) : std::nullopt;
 }
 
 std::optional<unsigned> fuse_connection_at(const std::string& path) {
-  auto entry = mount_at(path);
+  auto entry = cachestore::mount_at(path);
   if (!entry || entry->type.rfind("fuse", 0) != 0 || entry->devno.rfind("0:", 0) != 0) {
     return std::nullopt;
   }
