@@ -22,6 +22,7 @@
 #include "cachestore/log.h"
 #include "cachestore/root_dir.h"
 #include "fusefs/fuse_ops.h"
+#include "fusefs/kernel_teardown.h"
 #include "fusefs/metrics.h"
 #include "fusefs/metrics_listener.h"
 #include "fusefs/passthrough.h"
@@ -345,6 +346,7 @@ int run_mount(const MountOptions& options) {
   if (!session || !session->mount(o.mountpoint)) {
     return 1;
   }
+  const KernelTeardown teardown(o.mountpoint);
   if (o.fuse_uring) {
     uring::want(o.threads);
   }
@@ -374,6 +376,10 @@ int run_mount(const MountOptions& options) {
                     static_cast<unsigned long long>(uring::device_requests()));
   }
   cachestore::log(LogLevel::kInfo, "unmounting %s", o.mountpoint.c_str());
+  const double waited = teardown.wait();
+  if (waited >= 0) {
+    cachestore::log(LogLevel::kInfo, "the kernel let go of the mount after %.3f s", waited);
+  }
   return rc;  // the session unmounts, and only then the filesystem goes
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -167,6 +168,42 @@ TEST_CASE("an unmount from outside or an aborted connection ends the daemon clea
   }
   CHECK(mount.wait_exit() == 0);
   CHECK_FALSE(is_mounted(mount.path()));
+  CHECK((!fs::exists(mount.cache_root()) || fs::is_empty(mount.cache_root())));
+}
+
+TEST_CASE("the daemon removes its cache only once the kernel has let go of the mount",
+          "[mount][lifecycle]") {
+  // Detached with a file open, then its connection aborted: the daemon's loop ends while the
+  // kernel still holds the mount, until that file closes. The cache waits for it
+  // (fusefs/kernel_teardown.h): removing a million copies slowed the kernel's own teardown.
+  TempDir dir;
+  write_files(dir / "src", 20, 10'000);
+  Mount mount(dir / "src", dir / "mnt", {"--log-file", dir / "log", "--log-level", "info"});
+  check_files(mount.path(), dir / "src", 20);
+  wait_for_staging(mount);
+  REQUIRE(stat_of(mount, "cache.files_cached") == 20);
+  const auto connection = tools::fuse_connection_at(mount.path());
+  REQUIRE(connection.has_value());
+  auto open_file =
+      std::make_unique<cachestore::UniqueFd>(::open((mount / "f0").c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(open_file->valid());
+  REQUIRE(::umount2(mount.path().c_str(), MNT_DETACH) == 0);
+  REQUIRE(tools::abort_fuse_connection(*connection));
+  const std::string log = dir / "log";
+  for (int i = 0; i < 3000 && lines_with(read_file(log).value_or(""), "unmounting") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(lines_with(read_file(log).value_or(""), "unmounting") == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  size_t copies = 0;
+  for (const auto& e : fs::recursive_directory_iterator(mount.cache_root())) {
+    copies += e.is_regular_file() && e.path().filename() != "lock" ? 1 : 0;
+  }
+  CHECK(copies == 20);  // the whole cache, kept while the kernel holds the mount
+  CHECK(::kill(mount.pid(), 0) == 0);
+  open_file.reset();
+  CHECK(mount.wait_exit() == 0);
+  CHECK(lines_with(read_file(log).value_or(""), "the kernel let go of the mount after") == 1);
   CHECK((!fs::exists(mount.cache_root()) || fs::is_empty(mount.cache_root())));
 }
 
