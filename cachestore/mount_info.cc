@@ -6,6 +6,8 @@
 namespace epochfs::cachestore {
 namespace {
 
+constexpr char kTable[] = "/proc/self/mountinfo";
+
 // mountinfo escapes space, tab, newline and backslash as \ooo.
 std::string unescape_octal(const std::string& s) {
   std::string out;
@@ -20,35 +22,55 @@ std::string unescape_octal(const std::string& s) {
   return out;
 }
 
+// The next line of the table as an entry; false at its end.
+bool next_entry(std::istream& in, MountEntry& entry) {
+  std::string line;
+  if (!std::getline(in, line)) {
+    return false;
+  }
+  // id parent major:minor root mountpoint options [optional...] - fstype source superopts
+  std::istringstream fields(line);
+  std::string id, parent, root, mountpoint, word;
+  fields >> id >> parent >> entry.devno >> root >> mountpoint;
+  entry.mountpoint = unescape_octal(mountpoint);
+  while (fields >> word && word != "-") {
+  }
+  entry.type.clear();
+  fields >> entry.type;
+  return true;
+}
+
 }  // namespace
 
-std::optional<MountEntry> mount_in(std::string_view mountinfo, const std::string& path) {
-  std::istringstream in{std::string(mountinfo)};
-  std::string line;
+std::optional<MountEntry> mount_in(std::istream& mountinfo, const std::string& path) {
   std::optional<MountEntry> found;
-  while (std::getline(in, line)) {
-    // id parent major:minor root mountpoint options [optional...] - fstype source superopts
-    std::istringstream fields(line);
-    std::string id, parent, devno, root, mountpoint;
-    fields >> id >> parent >> devno >> root >> mountpoint;
-    if (unescape_octal(mountpoint) != path) {
-      continue;
+  MountEntry entry;
+  while (next_entry(mountinfo, entry)) {
+    if (entry.mountpoint == path) {
+      found = entry;  // the last one listed is the one on top
     }
-    std::string word;
-    while (fields >> word && word != "-") {
-    }
-    std::string type;
-    fields >> type;
-    found = MountEntry{devno, type};  // the last one listed is the one on top
   }
   return found;
 }
 
 std::optional<MountEntry> mount_at(const std::string& path) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  return mount_in(text.str(), path);
+  std::ifstream in(kTable);
+  return mount_in(in, path);
+}
+
+bool device_in(std::istream& mountinfo, const std::string& devno) {
+  MountEntry entry;
+  while (next_entry(mountinfo, entry)) {
+    if (entry.devno == devno) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool device_mounted(const std::string& devno) {
+  std::ifstream in(kTable);
+  return device_in(in, devno);
 }
 
 }  // namespace epochfs::cachestore

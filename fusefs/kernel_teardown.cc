@@ -8,7 +8,7 @@
 
 namespace epochfs::fusefs {
 
-KernelTeardown::KernelTeardown(const std::string& mountpoint) : mountpoint_(mountpoint) {
+KernelTeardown::KernelTeardown(const std::string& mountpoint) {
   const auto entry = cachestore::mount_at(mountpoint);
   if (!entry) {
     return;
@@ -24,9 +24,8 @@ double KernelTeardown::wait(std::chrono::milliseconds max_wait) const {
   if (bdi_.empty()) {
     return -1;
   }
-  const auto entry = cachestore::mount_at(mountpoint_);
-  if (entry && entry->devno == devno_) {
-    return -1;  // still mounted: the kernel tears nothing down until it is unmounted
+  if (cachestore::device_mounted(devno_)) {
+    return -1;  // still mounted, maybe under another mount: nothing is torn down yet
   }
   const auto start = std::chrono::steady_clock::now();
   const auto waited = [&] { return std::chrono::steady_clock::now() - start; };

@@ -23,13 +23,12 @@ class KernelTeardown {
   // At mount, once mountpoint is mounted: the entry to watch; none without sysfs.
   explicit KernelTeardown(const std::string& mountpoint);
 
-  // After the loop has returned: unless the mount is still in the mount table (its
-  // connection aborted, not unmounted), waits until the kernel is done with it, at most
-  // max_wait. The seconds waited, or -1 if there was nothing to wait for.
+  // After the loop has returned: unless the mount is still in the mount table, on top or
+  // covered (its connection aborted, not unmounted), waits until the kernel is done with it, at
+  // most max_wait. The seconds waited, or -1 if there was nothing to wait for.
   double wait(std::chrono::milliseconds max_wait = kMaxWait) const;
 
  private:
-  std::string mountpoint_;
   std::string devno_;
   std::string bdi_;  // the sysfs entry; empty: nothing to watch
 };
