@@ -284,9 +284,9 @@ CacheDir::~CacheDir() {
   }
   Leftover own{CacheDirEntry{}, std::move(lock_fd_)};
   own.entry.name = *removal_name_;
-  // The mount is over; measured with 1.28 million copies, the kernel was still tearing the
-  // superblock down (evicting every inode it held) while this ran.
+  // The mount is over and the kernel done with it; the node's jobs go first.
   lower_this_thread_priority();
+  log(LogLevel::kInfo, "removing the cache directory %s", path_.c_str());
   const Status s = remove_leftover(root_, own);
   if (!s.is_ok()) {
     log(LogLevel::kWarning, "cannot remove the cache directory %s: %s", path_.c_str(),
