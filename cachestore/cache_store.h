@@ -161,7 +161,7 @@ class CacheStore {
   // of another version is not kept). Call once, before any other method: without it nothing
   // is staged. Both are called with no lock of the store's held. REQUIRES: an id's path
   // neither changes nor goes while the id has an entry (contains), but for a release that
-  // raced the start of its copy, which the releaser reports (keep_name).
+  // raced the start of its copy, which the releaser reports (keep_names).
   using PathOf = std::function<std::string(FileId)>;
   using VersionOf = std::function<std::optional<FileVersion>(FileId)>;
 
@@ -170,10 +170,12 @@ class CacheStore {
     version_of_ = std::move(version_of);
   }
 
-  // The path of id, which path_of no longer gives: its registry released it while a copy of
-  // it was starting. Kept while id has an entry, so the copy can still be found and removed;
-  // nothing if id has none.
-  void keep_name(FileId id, const std::string& path);
+  // Paths of ids that path_of no longer gives: the registry released them, and a copy may have
+  // been starting meanwhile (a READ of a block finds its id without pinning it). Each is kept
+  // while its id has an entry, so the copy can still be found and removed; ids with none are
+  // passed over. Under one hold of the lock.
+  using NamedIds = std::vector<std::pair<FileId, std::string>>;
+  void keep_names(const NamedIds& released);
 
   // Whether id has an entry (being staged, ready or being removed); for many ids, under one
   // hold of the lock.
@@ -293,7 +295,9 @@ class CacheStore {
 
     // Takes a pin; false if the copy has kMaxPins already.
     bool pin() {
-      if (pins == kMaxPins) return false;
+      if (pins == kMaxPins) {
+        return false;
+      }
       ++pins;
       return true;
     }
@@ -317,7 +321,7 @@ class CacheStore {
   void mark_removing(FileId id, Entry& e, std::vector<FileId>& out) REQUIRES(mu_);
   void finish_removals(const std::vector<FileId>& removals) EXCLUDES(mu_);
   // The name of id's copy in the cache directory; empty if id has no path (path_of_, else
-  // keep_name's). Takes the registry's lock: never called with mu_ held.
+  // keep_names'). Takes the registry's lock: never called with mu_ held.
   std::string object_name_of(FileId id) const EXCLUDES(mu_);
   // Forgets id's entry and what is kept beside it.
   void erase_entry_locked(FileId id) REQUIRES(mu_);
@@ -360,7 +364,7 @@ class CacheStore {
   // registry has seen their files yet, and the index a kept cache writes needs them.
   KeptVersions kept_versions_ GUARDED_BY(mu_);
   IdTable<Entry> entries_ GUARDED_BY(mu_);
-  std::unordered_map<FileId, std::string> released_names_ GUARDED_BY(mu_);  // keep_name
+  std::unordered_map<FileId, std::string> released_names_ GUARDED_BY(mu_);  // keep_names
   uint64_t used_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t staging_bytes_ GUARDED_BY(mu_) = 0;  // charged to copies in flight
   CacheStats counters_ GUARDED_BY(mu_);
