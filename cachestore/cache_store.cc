@@ -222,7 +222,7 @@ std::optional<Staging> CacheStore::begin_staging(FileId id, uint64_t size, bool 
   s.id_ = id;
   s.size_ = size;
   // Named once the entry holds the id: a release of its path that raced this start either
-  // came first (no name: given up) or saw the entry (keep_name).
+  // came first (no name: given up) or saw the entry (keep_names).
   s.final_name_ = object_name_of(id);
   if (s.final_name_.empty()) {
     abort(std::move(s), 0);

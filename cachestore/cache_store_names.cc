@@ -17,10 +17,12 @@ std::string CacheStore::object_name_of(FileId id) const {
   return CacheDir::object_name(path);
 }
 
-void CacheStore::keep_name(FileId id, const std::string& path) {
+void CacheStore::keep_names(const NamedIds& released) {
   MutexLock lock(mu_);
-  if (entries_.contains(id)) {
-    released_names_[id] = path;
+  for (const auto& [id, path] : released) {
+    if (entries_.contains(id)) {
+      released_names_[id] = path;
+    }
   }
 }
 

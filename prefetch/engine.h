@@ -361,8 +361,6 @@ class Engine final : public PrefetchSink {
   // good: released, or pinned), released ids to recycle.
   size_t release_candidates();
   void recycle_released();
-  // Names in the cache the copies that started as their ids were released (keep_name).
-  void name_raced_copies(const std::vector<std::pair<FileId, std::string>>& released);
   // Spends cpu_ns of reclaiming from the publishing share of the users of uids, one share per
   // id.
   void charge_reclaim(const std::vector<uid_t>& uids, int64_t cpu_ns);

@@ -45,7 +45,7 @@ void Engine::reclaim() {
 
 std::vector<bool> Engine::copies_hold(const std::vector<FileId>& ids) {
   // A copy can start from a pinned open, a planning pass (neither while this runs) or a READ
-  // of a block (see name_raced_copies).
+  // of a block (CacheStore::keep_names).
   std::vector<bool> held = flights_.has_each(ids);
   if (cache_) {
     const std::vector<bool> cached = cache_->contains_each(ids);
@@ -89,7 +89,7 @@ size_t Engine::release_candidates() {
   }
   planner_->return_candidates(copied);
   std::vector<std::pair<Planner::Registered, std::optional<size_t>>> done;
-  std::vector<std::pair<FileId, std::string>> released;
+  cachestore::CacheStore::NamedIds released;
   planner_->release_unheld(
       free_of_copies,
       [&](FileId id) {
@@ -101,7 +101,9 @@ size_t Engine::release_candidates() {
         return length;
       },
       &done);
-  name_raced_copies(released);
+  if (cache_) {
+    cache_->keep_names(released);  // for copies that raced the release
+  }
   const uint64_t epoch = grace_.epoch();
   for (const auto& [c, length] : done) {
     if (!length) {
@@ -115,25 +117,6 @@ size_t Engine::release_candidates() {
   }
   charge_reclaim(uids, cachestore::thread_cpu_ns() - start_cpu);
   return done.size();
-}
-
-void Engine::name_raced_copies(const std::vector<std::pair<FileId, std::string>>& released) {
-  // A copy can also start from a READ of a block, which found the block's id (without
-  // pinning it) before copies_hold looked: its entry may now hold an id with no path. The
-  // store names its copy from the path it had (CacheStore::keep_name).
-  if (!cache_ || released.empty()) {
-    return;
-  }
-  std::vector<FileId> ids;
-  for (const auto& r : released) {
-    ids.push_back(r.first);
-  }
-  const std::vector<bool> cached = cache_->contains_each(ids);
-  for (size_t i = 0; i < released.size(); ++i) {
-    if (cached[i]) {
-      cache_->keep_name(released[i].first, released[i].second);
-    }
-  }
 }
 
 void Engine::recycle_released() {

@@ -414,7 +414,7 @@ TEST_CASE("CacheStore finds and removes a copy whose path went as it started", "
   CHECK_FALSE(store->open_copy(5, src.version).has_value());  // no name: read from the source
   CHECK(store->stats().files_cached == 1);
 
-  store->keep_name(5, path_of(5));
+  store->keep_names({{5, path_of(5)}});
   CHECK(cached_content(*store, 5, src.version) == src.content);
   store->drop(5);
   CHECK_FALSE(fs::exists(object_path(*store, 5)));
@@ -422,7 +422,7 @@ TEST_CASE("CacheStore finds and removes a copy whose path went as it started", "
   CHECK(store->stats().files_cached == 0);
 
   // The name went with the entry, and one kept for an id with no entry is not kept.
-  store->keep_name(5, path_of(5));
+  store->keep_names({{5, path_of(5)}});
   CHECK_FALSE(store->begin_staging(5, 100).has_value());
   CHECK(store->stats().used_bytes == 0);
   CHECK(files_in(*store).empty());
