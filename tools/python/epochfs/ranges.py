@@ -3,7 +3,7 @@
 A dataset that is one large file read by sample (a ``.npy`` array, an HDF5 dataset, an LMDB
 database) gains from the known order as a folder of files does once epochfs knows where each
 sample's bytes lie. Each function here reads only the file's own metadata (a header, a chunk
-index, a record's place in the memory map) and returns, for the sample indices (or keys) given,
+index, an LMDB tree's leaves) and returns, for the sample indices (or keys) given,
 in that order, the ranges ``(path, offset, length)`` to publish::
 
     order = list(sampler)                       # this epoch's sample indices
@@ -86,27 +86,40 @@ def hdf5(path, dataset, indices, *, merge=True):
 def lmdb(path, keys, subdir=True):
     """The records ``keys`` (bytes) of the LMDB environment at ``path`` (a directory holding
     ``data.mdb``, or with ``subdir=False`` the data file itself): where each value lies in the
-    data file, found through the environment's memory map. Missing keys are left out."""
+    data file. Missing keys are left out. For many keys, read from the tree's pages alone;
+    for fewer keys than the tree has leaves, or a file not in LMDB 0.9's format, looked up
+    through py-lmdb (each record's first page read)."""
     import lmdb as py_lmdb
-    import numpy
+
+    from epochfs import _lmdb_pages
 
     data = os.path.join(path, "data.mdb") if subdir else path
+    keys = list(keys)
     env = py_lmdb.open(path, subdir=subdir, readonly=True, lock=False)
     try:
-        maps = _mappings_of(os.path.realpath(data))
-        out = []
-        with env.begin(buffers=True) as txn:
-            for key in keys:
-                value = txn.get(key)
-                if value is None:
-                    continue
-                # The value is a view of the map: where it lies in the map is where it lies in
-                # the file.
-                addr = numpy.frombuffer(value, dtype=numpy.uint8).__array_interface__["data"][0]
-                out.append((data, _file_offset(maps, addr, data), len(value)))
-        return out
+        found = _lmdb_pages.records(data) if len(keys) >= env.stat()["leaf_pages"] else None
+        if found is not None:
+            return [(data,) + found[k] for k in keys if k in found]
+        return _looked_up(env, data, keys)
     finally:
         env.close()
+
+
+def _looked_up(env, data, keys):
+    import numpy
+
+    maps = _mappings_of(os.path.realpath(data))
+    out = []
+    with env.begin(buffers=True) as txn:
+        for key in keys:
+            value = txn.get(key)
+            if value is None:
+                continue
+            # The value is a view of the map: where it lies in the map is where it lies in
+            # the file.
+            addr = numpy.frombuffer(value, dtype=numpy.uint8).__array_interface__["data"][0]
+            out.append((data, _file_offset(maps, addr, data), len(value)))
+    return out
 
 
 def _mappings_of(path):
