@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import epochfs  # noqa: E402
+import epochfs._lmdb_pages  # noqa: E402
 import epochfs.ranges  # noqa: E402
 import numpy  # noqa: E402
 
@@ -108,8 +109,8 @@ class Reader:
 
 
 def ranges_of(fmt, source_path, mount_path, order, merge=True):
-    """The order's ranges, read from the source's file, named by their paths in the mount
-    (merge=False: one per sample, for a manifest)."""
+    """The order's ranges, read from the file on the shared storage as a user's script would,
+    named by their paths in the mount (merge=False: one per sample, for a manifest)."""
     if fmt == "npy":
         r = epochfs.ranges.npy(source_path, order)
     elif fmt == "hdf5":
@@ -223,7 +224,7 @@ def run_one(a, name, dirs):
     mount = Daemon(argv, mnt)
     try:
         return run_epochs(a, os.path.join(mnt, name_in), mnt=mnt,
-                          source_path=(os.path.join(dirs["served"], name_in)
+                          source_path=(os.path.join(dirs["shared"], name_in)
                                        if name == "ranges" else None))
     finally:
         mount.stop()
@@ -274,11 +275,16 @@ def main():
                     "copy is queued or in flight (epoch 1: its publish and copies)")
     ap.add_argument("--timeline", action="store_true",
                     help="record when each epoch's last copy landed (staged_seconds)")
+    ap.add_argument("--lmdb-lookups", action="store_true",
+                    help="find LMDB records through py-lmdb's lookups, not the tree's pages "
+                    "(what epochfs.ranges.lmdb falls back to), to compare the two")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every figure to this file")
     a = ap.parse_args()
     if a.ahead and a.epochs > 4:
         ap.error("--ahead publishes every epoch before the first; a stream queues 4 at most")
+    if a.lmdb_lookups:
+        epochfs._lmdb_pages.records = lambda data: None  # as for a file it cannot read
     work = tempfile.mkdtemp(prefix="epochfs-ranges-")
     dirs = {"work": work, "shared": os.path.join(work, "shared")}
     served = tempfile.mkdtemp(prefix="epochfs-ranges-source-", dir="/dev/shm")
