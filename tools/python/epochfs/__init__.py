@@ -168,10 +168,10 @@ def publish(mount, order, *, epoch=None, stream=None, job=None, manifest=None, r
     ``"default"`` if None; ``restart`` drops every epoch of the stream queued before this one
     (``#restart``: an epoch published ahead that the trainer will not read, as before a resume
     from a checkpoint). Returns a :class:`Published`, and warns (``UserWarning``) when most
-    entries looked up name no file in the source. Raises :class:`PublishError` when the daemon refuses the order,
-    another ``OSError`` when the mount is gone or cannot be written, ``ValueError`` for an
-    order that mixes indices and paths, a path with a line break, or a name (stream, job,
-    manifest) that is not 1 to 64 of ``A-Z a-z 0-9 . _ -``.
+    entries looked up name no file in the source. Raises :class:`PublishError` when the
+    daemon refuses the order, another ``OSError`` when the mount is gone or cannot be written,
+    ``ValueError`` for an order that mixes indices and paths, a path with a line break, or a
+    name (stream, job, manifest) that is not 1 to 64 of ``A-Z a-z 0-9 . _ -``.
     """
     root = _root(mount)
     names = _header(job=job, manifest=manifest, stream=stream)
