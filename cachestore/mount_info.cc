@@ -30,9 +30,10 @@ bool next_entry(std::istream& in, MountEntry& entry) {
   }
   // id parent major:minor root mountpoint options [optional...] - fstype source superopts
   std::istringstream fields(line);
-  std::string id, parent, root, mountpoint, word;
-  fields >> id >> parent >> entry.devno >> root >> mountpoint;
-  entry.mountpoint = unescape_octal(mountpoint);
+  std::string skipped;
+  fields >> skipped >> skipped >> entry.devno >> skipped >> entry.mountpoint;
+  entry.mountpoint = unescape_octal(entry.mountpoint);
+  std::string word;
   while (fields >> word && word != "-") {
   }
   entry.type.clear();
