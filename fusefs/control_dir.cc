@@ -322,6 +322,8 @@ std::string stats_json(const prefetch::EngineStats& s, const std::string& source
   o.field("bytes_from_source", s.bytes_from_source);
   o.field("block_hits", s.block_hits);
   o.field("block_misses", s.block_misses);
+  o.field("block_waits", s.block_waits);
+  o.field("block_stall_seconds", static_cast<double>(s.block_stall_ns) / 1e9);
   o.field("joined_copies", s.joined_copies);
   o.field("joined_bytes", s.joined_bytes);
   o.field("source_version_checks", s.source_stats);

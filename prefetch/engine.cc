@@ -423,6 +423,8 @@ EngineStats Engine::stats() const {
   s.prefetches = prefetches_.load(kRelaxed);
   s.block_hits = block_hits_.load(kRelaxed);
   s.block_misses = block_misses_.load(kRelaxed);
+  s.block_waits = block_waits_.load(kRelaxed);
+  s.block_stall_ns = block_stall_ns_.load(kRelaxed);
   s.joined_copies = joined_copies_.load(kRelaxed);
   s.joined_bytes = joined_bytes_.load(kRelaxed);
   s.open_latency = open_latency_.snapshot();

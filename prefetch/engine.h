@@ -436,8 +436,10 @@ class Engine final : public PrefetchSink {
   std::atomic<uint64_t> stall_ns_{0};
   std::atomic<uint64_t> waits_abandoned_{0};
   std::atomic<uint64_t> prefetches_{0};
-  std::atomic<uint64_t> block_hits_{0};     // block reads served from a cached copy
-  std::atomic<uint64_t> block_misses_{0};   // and from the source
+  std::atomic<uint64_t> block_hits_{0};    // block reads served from a cached copy
+  std::atomic<uint64_t> block_misses_{0};  // and from the source
+  std::atomic<uint64_t> block_waits_{0};   // block reads that waited for a copy in flight
+  std::atomic<uint64_t> block_stall_ns_{0};
   std::atomic<uint64_t> joined_copies_{0};  // whole copies joined from blocks (join_blocks)
   std::atomic<uint64_t> joined_bytes_{0};
   LatencyHistogram open_latency_;

@@ -90,7 +90,12 @@ Status Engine::read_block(const OpenFile& file, uint64_t block, uint64_t off, si
     own_flight = flights_.claim(*id) == Flights::Claim::kOwned;
     if (!own_flight) {
       uint64_t stall_ns = 0;
-      if (wait_for_flight(*id, &stall_ns) == Flights::Wait::kCancelled) {
+      const Flights::Wait waited = wait_for_flight(*id, &stall_ns);
+      if (waited != Flights::Wait::kNoFlight) {
+        block_waits_.fetch_add(1, kRelaxed);
+        block_stall_ns_.fetch_add(stall_ns, kRelaxed);
+      }
+      if (waited == Flights::Wait::kCancelled) {
         return Status::error(EINTR, key);  // the reader was killed while it waited
       }
       if (read_copy(*id, block, version, off, len, out)) {

@@ -36,6 +36,8 @@ struct EngineStats {
   uint64_t prefetches = 0;                  // copies the planner started
   uint64_t block_hits = 0;                  // reads of a block of a range order from its copy
   uint64_t block_misses = 0;                // and from the source
+  uint64_t block_waits = 0;                 // block reads that waited for the block's copy
+  uint64_t block_stall_ns = 0;              // time those reads waited
   uint64_t joined_copies = 0;               // whole copies made of a file's cached blocks
   uint64_t joined_bytes = 0;                // their sizes (in cache.bytes_staged too)
   LatencyHistogram::Snapshot open_latency;  // of open_file, hits and misses

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -492,6 +494,27 @@ TEST_CASE("a file read by blocks with none cached is read from the source and th
   const double misses = stat_of(mount, "block_misses");
   CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
   CHECK(stat_of(mount, "block_misses") == misses);
+}
+
+TEST_CASE("a read of a block whose copy is under way waits for that copy, counted",
+          "[mount][ranges]") {
+  // Each source read takes 300 ms, opens none: the copy's reads are still running when the
+  // reader's open is done and its first READ comes.
+  TempDir dir;
+  const std::string bytes = make_big_file(dir / "src/data.bin", 2 * kBlock, 21);
+  SlowSource slow(dir / "src", dir / "slow", 300, 64, {"--open-latency-ms", "0"});
+  Mount mount(slow.path(), dir / "mnt");
+  const std::vector<Sample> samples = {{1000, 4096}};
+  REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);
+  for (int i = 0; i < 500 && stat_of(mount, "cache.copies_in_flight") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(stat_of(mount, "cache.copies_in_flight") == 1);
+  CHECK(read_samples(mount / "data.bin", samples, bytes) == 0);
+  CHECK(stat_of(mount, "block_waits") >= 1);
+  CHECK(stat_of(mount, "block_stall_seconds") > 0);
+  CHECK(stat_of(mount, "block_misses") == 0);  // the copy's bytes, not a second source read
+  CHECK(stat_of(mount, "block_hits") >= 1);
 }
 
 TEST_CASE("a block copy that fails under a reader is replaced by the source's bytes",
