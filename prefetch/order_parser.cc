@@ -49,6 +49,17 @@ bool valid_stream_id(std::string_view s) {
   return true;
 }
 
+// A range's path normalised, and refused where it starts with a blank: "./\tx" normalises to
+// "\tx", which the range's own blanks would swallow when the entry is read back.
+std::optional<std::string> normalise_range_path(std::string_view path, const char** why) {
+  auto normal = normalise_relative(path, why);
+  if (normal && (normal->front() == ' ' || normal->front() == '\t')) {
+    *why = "range path starts with a blank";
+    return std::nullopt;
+  }
+  return normal;
+}
+
 }  // namespace
 
 std::string escape_for_log(std::string_view text, size_t max_bytes) {
@@ -312,7 +323,7 @@ void OrderParser::entry(std::string_view text) {
   const char* why = "";
   if (form() == OrderForm::kRanges) {
     auto range = parse_range(text, &why);
-    auto path = range ? normalise_relative(range->path, &why) : std::nullopt;
+    auto path = range ? normalise_range_path(range->path, &why) : std::nullopt;
     if (!path) {
       reject(why, text);
       return;

@@ -236,6 +236,15 @@ TEST_CASE("range entries are OFFSET LENGTH PATH, their paths normalised", "[orde
   CHECK(p.entry_lines == 9);
 }
 
+TEST_CASE("a range path that starts with a blank once normalised is refused", "[order_parser]") {
+  // The fuzzer's find: "\t\t\t/etc" would read back, past the range's blanks, as "/etc".
+  const Parsed p = parse("#form ranges\n7 20 .///\t\t\t/etc\n7 20 ./ x\n7 20 d/ x\n");
+  CHECK(p.names() == std::vector<std::string>{"7 20 d/ x"});
+  CHECK(p.rejects.total == 2);
+  REQUIRE(p.rejects.examples.size() == 2);
+  CHECK_THAT(p.rejects.examples[0], Catch::Contains("range path starts with a blank"));
+}
+
 TEST_CASE("#restart before the entries asks for a restart of the stream", "[order_parser]") {
   CHECK_FALSE(parse("#epoch 3\na\n").header.restart);
   CHECK(parse("#epoch 3\n#restart\na\n").header.restart);

@@ -44,12 +44,14 @@ fuzz_parser() {
   cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DEPOCHFS_FUZZ=ON \
     -DEPOCHFS_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build/fuzz --target order_parser_fuzz
-  local corpus
+  local corpus log status=0
   corpus=$(mktemp -d)
+  log=$(mktemp)
   build/fuzz/test/order_parser_fuzz "$corpus" -max_total_time="$1" -max_len=8192 -seed=1 \
-    -print_final_stats=1 2>&1 | tail -3
-  local status=${PIPESTATUS[0]}
-  rm -rf "$corpus"
+    -print_final_stats=1 -artifact_prefix="$corpus/" >"$log" 2>&1 || status=$?
+  # On a find, what it was: the stack, the input (its bytes and base64), not only the stats.
+  if ((status != 0)); then grep -v '^#[0-9]' "$log" | tail -40; else tail -3 "$log"; fi
+  rm -rf "$corpus" "$log"
   return "$status"
 }
 
