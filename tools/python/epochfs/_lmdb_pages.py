@@ -33,6 +33,7 @@ _DUPSORT = 0x04
 _NODE = 8
 _BIGDATA, _SUBDATA, _DUPDATA = 0x01, 0x02, 0x04
 _PARALLEL_READS = 32
+_MAX_DEPTH = 32  # lmdb's own cursor stack (CURSOR_STACK)
 
 
 class _Unexpected(Exception):
@@ -56,9 +57,15 @@ def _walk(fd):
     psize, root, depth, entries = _main_tree(fd)
     if depth == 0 and entries == 0:
         return {}
+    if depth > _MAX_DEPTH:
+        raise _Unexpected()
     found, level = {}, [root]
     with ThreadPoolExecutor(_PARALLEL_READS) as pool:
         for _ in range(depth):
+            # A corrupt branch naming a page twice (itself, or a sibling) could multiply a
+            # level's pages past the file's; pages beyond the file's end read short.
+            if len(set(level)) != len(level):
+                raise _Unexpected()
             pages = list(pool.map(lambda n: (n, os.pread(fd, psize, n * psize)), level))
             level = []
             for number, page in pages:
@@ -72,11 +79,11 @@ def _walk(fd):
 
 def _main_tree(fd):
     """Page size, root page, depth and entries of the main tree, from the newer meta page."""
-    first = os.pread(fd, 4096, 0)
+    first = os.pread(fd, _TXNID + 8, 0)
     psize = struct.unpack_from("<I", first, _HEADER + 24)[0]  # the free tree's padding: psize
     if psize < 512 or psize & (psize - 1):
         raise _Unexpected()
-    metas = [os.pread(fd, _TXNID + 8, n * psize) for n in (0, 1)]
+    metas = [first, os.pread(fd, _TXNID + 8, psize)]
     meta = max(metas, key=lambda m: struct.unpack_from("<Q", m, _TXNID)[0])
     magic, version = struct.unpack_from("<II", meta, _HEADER)
     flags, depth = struct.unpack_from("<HH", meta, _MAIN + 4)

@@ -71,3 +71,48 @@ def test_ranges_point_at_every_record(tmp_path, few):
         for key, (data, offset, length) in zip(keys, ranges):
             f.seek(offset)
             assert f.read(length) == values[key]
+
+
+def _patched(path, edit):
+    """The data file of path with edit(bytearray of it) applied: a corrupt copy of a database."""
+    data = os.path.join(path, "data.mdb")
+    with open(data, "rb") as f:
+        image = bytearray(f.read())
+    edit(image)
+    with open(data, "wb") as f:
+        f.write(image)
+    return data
+
+
+def test_a_corrupt_tree_is_left_to_lookups(tmp_path):
+    values = {b"k%06d" % i: b"v" * 16 for i in range(3000)}  # a root branch over leaves
+    psize, main = 4096, _lmdb_pages._MAIN
+
+    def field(image, at, size):
+        return int.from_bytes(image[at:at + size], "little")
+
+    def newer_meta(image):
+        return max((0, psize), key=lambda m: field(image, m + _lmdb_pages._TXNID, 8))
+
+    def set_depth(image, depth):
+        meta = newer_meta(image)
+        image[meta + main + 6:meta + main + 8] = depth.to_bytes(2, "little")
+
+    def deep(image):  # a tree deeper than lmdb itself can walk
+        set_depth(image, 40)
+
+    def self_pointing(image):  # the root's children all name the root, 32 levels down
+        meta = newer_meta(image)
+        assert field(image, meta + main + 6, 2) == 2
+        set_depth(image, 32)  # unchecked, the pages to read would grow as (children)^level
+        root = field(image, meta + main + 40, 8)
+        page = root * psize
+        for i in range((field(image, page + 12, 2) - 16) // 2):
+            at = page + field(image, page + 16 + 2 * i, 2)
+            image[at:at + 4] = (root & 0xFFFFFFFF).to_bytes(4, "little")
+
+    for name, edit in (("deep", deep), ("self", self_pointing)):
+        path = str(tmp_path / name)
+        make(path, values)
+        assert _lmdb_pages.records(os.path.join(path, "data.mdb")) is not None
+        assert _lmdb_pages.records(_patched(path, edit)) is None, name
