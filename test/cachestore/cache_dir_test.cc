@@ -26,6 +26,7 @@
 #include "cachestore/hex.h"
 #include "cachestore/log.h"
 #include "cachestore/proc_stat.h"
+#include "test/support/scratch_dir.h"
 
 namespace epochfs::cachestore {
 namespace {
@@ -37,25 +38,9 @@ constexpr char kOtherSource[] = "/data/val";
 
 // A scratch directory under /tmp; `root` (the cache root) does not exist yet.
 struct Scratch {
-  fs::path base;
-  fs::path root;
-
-  Scratch() {
-    char tmpl[] = "/tmp/epochfs-cachedir-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      throw std::runtime_error("mkdtemp failed");
-    }
-    base = tmpl;
-    root = base / "cache";
-  }
-
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(base, ec);
-  }
-
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
+  test::ScratchDir dir{"cachedir"};
+  fs::path base = dir.path();
+  fs::path root = base / "cache";
 };
 
 std::unique_ptr<CacheDir> create_ok(const fs::path& root, const std::string& source) {

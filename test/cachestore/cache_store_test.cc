@@ -31,6 +31,7 @@
 
 #include "cachestore/copy.h"
 #include "test/cachestore/page_cache.h"
+#include "test/support/scratch_dir.h"
 
 #include <rapidcheck/catch.h>
 
@@ -43,25 +44,13 @@ constexpr char kSourceKey[] = "/data/train";
 
 // A scratch directory under /tmp with src/ (source files) and cache/ (the cache root).
 struct Scratch {
-  fs::path base;
+  test::ScratchDir dir{"cachestore"};
+  fs::path base = dir.path();
 
   Scratch() {
-    char tmpl[] = "/tmp/epochfs-cachestore-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      throw std::runtime_error("mkdtemp failed");
-    }
-    base = tmpl;
     fs::create_directories(src());
     fs::create_directories(cache());
   }
-
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(base, ec);
-  }
-
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
 
   fs::path src() const { return base / "src"; }
 

@@ -12,6 +12,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "test/support/scratch_dir.h"
+
 namespace epochfs::cachestore {
 namespace {
 
@@ -20,13 +22,11 @@ namespace fs = std::filesystem;
 // A scratch tree: root/{file, dir/inner, link_in -> file, link_out -> outside, dirlink -> dir}
 // and outside/secret next to root.
 struct Tree {
-  fs::path base;
-  fs::path root;
+  test::ScratchDir dir{"rootdir"};
+  fs::path base = dir.path();
+  fs::path root = base / "root";
 
   Tree() {
-    char tmpl[] = "/tmp/epochfs-rootdir-XXXXXX";
-    base = mkdtemp(tmpl);
-    root = base / "root";
     fs::create_directories(root / "dir");
     fs::create_directories(base / "outside");
     std::ofstream(root / "file") << "inside";
@@ -36,11 +36,6 @@ struct Tree {
     fs::create_symlink(base / "outside" / "secret", root / "link_out");
     fs::create_symlink("../outside", root / "dirlink");
   }
-
-  ~Tree() { fs::remove_all(base); }
-
-  Tree(const Tree&) = delete;
-  Tree& operator=(const Tree&) = delete;
 };
 
 }  // namespace

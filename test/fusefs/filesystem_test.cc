@@ -12,18 +12,19 @@
 
 #include <catch2/catch.hpp>
 
+#include "test/support/scratch_dir.h"
+
 namespace epochfs::fusefs {
 namespace {
 
 namespace fs = std::filesystem;
 
 struct Fixture {
-  fs::path base;
+  test::ScratchDir dir{"fs"};
+  fs::path base = dir.path();
   std::unique_ptr<Filesystem> filesystem;
 
   Fixture() {
-    char tmpl[] = "/tmp/epochfs-fs-XXXXXX";
-    base = mkdtemp(tmpl);
     fs::create_directories(base / "src" / "dir");
     std::ofstream(base / "src" / "file") << "data";
     std::ofstream(base / "src" / "dir" / "inner") << "x";
@@ -37,11 +38,6 @@ struct Fixture {
     filesystem =
         std::make_unique<Filesystem>(std::move(root).value(), st.value(), FilesystemOptions{});
   }
-
-  ~Fixture() { fs::remove_all(base); }
-
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
 };
 
 }  // namespace
@@ -161,12 +157,11 @@ namespace {
 
 // A Filesystem over a source of n files as --data-path no-open serves it.
 struct ImplicitFixture {
-  fs::path base;
+  test::ScratchDir dir{"fs"};
+  fs::path base = dir.path();
   std::unique_ptr<Filesystem> filesystem;
 
   explicit ImplicitFixture(int files) {
-    char tmpl[] = "/tmp/epochfs-fs-XXXXXX";
-    base = mkdtemp(tmpl);
     fs::create_directories(base / "src");
     for (int i = 0; i < files; ++i) {
       std::ofstream(base / "src" / ("f" + std::to_string(i))) << "data " << i;
@@ -179,14 +174,6 @@ struct ImplicitFixture {
     options.implicit_opens = true;
     filesystem = std::make_unique<Filesystem>(std::move(root).value(), st.value(), options);
   }
-
-  ~ImplicitFixture() {
-    filesystem.reset();
-    fs::remove_all(base);
-  }
-
-  ImplicitFixture(const ImplicitFixture&) = delete;
-  ImplicitFixture& operator=(const ImplicitFixture&) = delete;
 
   InodeId id_of(int i) {
     auto e = filesystem->lookup(kRootInodeId, "f" + std::to_string(i));

@@ -13,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "test/support/scratch_dir.h"
+
 namespace epochfs::prefetch {
 namespace {
 
@@ -22,15 +24,10 @@ using std::chrono::milliseconds;
 
 // A scratch directory as the source root (what the prober stats).
 struct Root {
-  Root() {
-    char tmpl[] = "/tmp/epochfs-guard-XXXXXX";
-    path = mkdtemp(tmpl);
-    root.emplace(std::move(cachestore::RootDir::open(path).value()));
-  }
+  Root() { root.emplace(std::move(cachestore::RootDir::open(path).value())); }
 
-  ~Root() { rmdir(path.c_str()); }
-
-  std::string path;
+  test::ScratchDir dir{"guard"};
+  std::string path = dir.path();
   std::optional<cachestore::RootDir> root;
 };
 
