@@ -68,7 +68,9 @@ class Daemon:
         to detach); False if the daemon exited or timeout_s passed (the daemon is then stopped)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if target in epochfs_mounts() and not is_dead(target):
+            # Answering first, then listed: the other way round, the dead mount could be listed
+            # just before the daemon detached it, and the bare directory then answer.
+            if not is_dead(target) and target in epochfs_mounts():
                 return True
             if self.process.poll() is not None:
                 self._reader.join(timeout=1)
