@@ -334,3 +334,73 @@ TEST_CASE("victims stay farthest first under random changes", "[next_use]") {
 }
 
 }  // namespace epochfs::cachestore
+
+namespace epochfs::cachestore {
+
+// Files losing and gaining a future (each change told by a hit), inserted either way, removed
+// and pinned: an id's heap position and its place in the no-future list share one word, so
+// every move between the two must leave both right. The victim is the evictable file with no
+// future keyed longest ago, else the one needed farthest.
+TEST_CASE("files moving between the heap and the no-future list stay in order", "[next_use]") {
+  MapOracle oracle;
+  NextUsePolicy policy(oracle);
+  std::mt19937 rng(5);
+  std::set<FileId> resident;
+  std::list<FileId> never;  // no future, most recently keyed first
+  const auto key = [&](FileId id) {
+    never.remove(id);
+    if (rng() % 3 == 0) {
+      oracle.uses_.erase(id);
+      never.push_front(id);
+    } else {
+      oracle.uses_[id] = uint64_t{rng() % 1000000} << 12 | id;  // distinct
+    }
+  };
+  const auto pick = [&] {
+    auto it = resident.begin();
+    std::advance(it, static_cast<long>(rng() % resident.size()));
+    return *it;
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const unsigned op = rng() % 4;
+    if (op == 0 || resident.size() < 10) {
+      const FileId id = rng() % 2000;
+      if (resident.insert(id).second) {
+        key(id);
+        policy.inserted(id);
+      }
+    } else if (op == 1) {
+      const FileId id = pick();
+      key(id);
+      policy.accessed(id);
+    } else if (op == 2) {
+      const FileId id = pick();
+      resident.erase(id);
+      never.remove(id);
+      oracle.uses_.erase(id);
+      policy.removed(id);
+    } else {
+      std::set<FileId> pinned{pick(), pick(), pick()};
+      std::optional<FileId> want;
+      for (auto it = never.rbegin(); it != never.rend() && !want; ++it) {
+        if (pinned.count(*it) == 0) {
+          want = *it;
+        }
+      }
+      if (!want) {
+        for (FileId id : resident) {
+          const auto use = oracle.uses_.find(id);
+          if (pinned.count(id) == 0 && use != oracle.uses_.end() &&
+              (!want || use->second > oracle.uses_.at(*want))) {
+            want = id;
+          }
+        }
+      }
+      CHECK(policy.choose_victim([&](FileId id) { return pinned.count(id) == 0; }) == want);
+    }
+    REQUIRE(policy.size() == resident.size());
+    REQUIRE(policy.heap_entries() == resident.size() - never.size());
+  }
+}
+
+}  // namespace epochfs::cachestore
