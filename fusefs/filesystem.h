@@ -238,6 +238,21 @@ class Filesystem {
     invalidate_pages_ = std::move(invalidate);
   }
 
+  // Run once, by the first request served: the kernel sends none before INIT is done (what
+  // KernelReadahead::set waits for). Set before serving.
+  void set_after_init(std::function<void()> after_init) {
+    after_init_ = std::move(after_init);
+    after_init_pending_.store(after_init_ != nullptr, std::memory_order_relaxed);
+  }
+
+  // Called by each request as it starts.
+  void request_started() {
+    if (after_init_pending_.load(std::memory_order_relaxed) &&
+        after_init_pending_.exchange(false)) {
+      after_init_();
+    }
+  }
+
   // Who may open .epochfs/verify: root, the daemon's own user, and the daemon itself (none).
   static bool may_verify(std::optional<uid_t> caller);
 
@@ -317,6 +332,8 @@ class Filesystem {
   cachestore::Mutex snapshots_mu_;
   std::unordered_map<InodeId, Snapshot> snapshots_ GUARDED_BY(snapshots_mu_);
   InvalidatePages invalidate_pages_;  // set before serving, constant after
+  std::function<void()> after_init_;  // set before serving, constant after
+  std::atomic<bool> after_init_pending_{false};
   cachestore::Mutex verify_mu_;
   cachestore::CondVar verify_done_{&verify_mu_};
   std::shared_ptr<VerifyRun> verify_run_ GUARDED_BY(verify_mu_);  // null: none running

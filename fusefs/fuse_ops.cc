@@ -310,6 +310,7 @@ template <typename... Args, void (*Op)(fuse_req_t, Args...), Request kind>
 struct Guarded<Op, kind> {
   static void call(fuse_req_t req, Args... args) {
     fs_of(req).requests().count(kind);
+    fs_of(req).request_started();
     // The ids this request reads from the inode table, the registry or a handle are not handed
     // out again for other paths until it is answered.
     const prefetch::Grace::Ticket ticket(fs_of(req).grace());

@@ -25,6 +25,8 @@ struct MountOptions {
   cachestore::CacheOptions cache;
   prefetch::EngineOptions engine;
   DataPath data_path = DataPath::kClassic;
+  // KiB the kernel reads ahead in the mount's files (fusefs/kernel_readahead.h); 0: its own.
+  unsigned read_ahead_kb = 0;
   // Requests by FUSE over io_uring where the kernel offers it (fusefs/uring_transport.h).
   bool fuse_uring = false;
   // Where to write the Prometheus metrics every few seconds (node_exporter's textfile

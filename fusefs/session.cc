@@ -22,6 +22,7 @@
 #include "cachestore/log.h"
 #include "cachestore/root_dir.h"
 #include "fusefs/fuse_ops.h"
+#include "fusefs/kernel_readahead.h"
 #include "fusefs/kernel_teardown.h"
 #include "fusefs/metrics.h"
 #include "fusefs/metrics_listener.h"
@@ -347,6 +348,10 @@ int run_mount(const MountOptions& options) {
     return 1;
   }
   const KernelTeardown teardown(o.mountpoint);
+  const KernelReadahead readahead(o.mountpoint, o.read_ahead_kb);
+  if (o.read_ahead_kb > 0) {
+    fs.set_after_init([&readahead] { readahead.set(); });
+  }
   if (o.fuse_uring) {
     uring::want(o.threads);
   }

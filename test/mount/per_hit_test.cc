@@ -3,6 +3,7 @@
 // open fails here rather than in a benchmark.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -63,6 +64,15 @@ Requests requests(const Mount& mount) {
   return r;
 }
 
+// The sysfs file of the readahead window of the mount at path.
+std::string read_ahead_file(const std::string& path) {
+  struct stat st {};
+
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+         std::to_string(minor(st.st_dev)) + "/read_ahead_kb";
+}
+
 Requests minus(Requests a, const Requests& b, double times = 1) {
   for (auto& [kind, n] : a) {
     n -= times * b.at(kind);
@@ -121,6 +131,42 @@ TEST_CASE("an open of a cached file costs OPEN, IOCTL, RELEASE and one LOOKUP or
   CHECK(grew["other"] == 0);
   // Classic reads a 50,000-byte copy in one READ (and one at its end); passthrough in none.
   CHECK(grew["read"] <= 2 * kFiles);
+}
+
+}  // namespace epochfs::test
+
+namespace epochfs::test {
+
+// A memory-mapped dataset is read a window per page fault: the window decides its READs.
+TEST_CASE("a file is read in windows of --read-ahead KiB, the kernel's unless told",
+          "[mount][per_hit]") {
+  TempDir dir;
+  constexpr uint64_t kBytes = 8 << 20;
+  write_files(dir / "src", 1, kBytes);
+  for (const char* kb : {"1024", ""}) {
+    std::vector<std::string> args = {"--data-path", "classic", "--no-cache"};
+    if (*kb != '\0') {
+      args.insert(args.end(), {"--read-ahead", kb});
+    }
+    Mount mount(dir / "src", dir / (std::string("mnt") + kb), args);
+    const std::string window = read_ahead_file(mount.path());
+    if (::access(window.c_str(), W_OK) != 0) {
+      WARN("SKIPPED: " << window << " cannot be written here (read-only sysfs)");
+      return;
+    }
+    const Requests before = requests(mount);
+    REQUIRE(read_file(mount / "f0").value_or("").size() == kBytes);
+    const double reads = minus(requests(mount), before)["read"];
+    const auto set = read_file(window);
+    INFO("--read-ahead " << kb << ": " << reads << " READs; read_ahead_kb " << set.value_or("?"));
+    if (*kb != '\0') {
+      CHECK(set == "1024\n");
+      CHECK(reads <= 2 * kBytes / (1 << 20));
+    } else {
+      CHECK(set == "128\n");  // the kernel's own
+      CHECK(reads >= kBytes / (128 << 10));
+    }
+  }
 }
 
 }  // namespace epochfs::test

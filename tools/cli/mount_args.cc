@@ -330,6 +330,11 @@ CLI::App* add_mount_options(CLI::App& app, MountArgs& args) {
   cmd->add_flag("--immutable", o.fs.immutable,
                 "The source never changes while mounted: cache names, attributes and pages "
                 "for a day");
+  cmd->add_option("--read-ahead", o.read_ahead_kb,
+                  "KiB the kernel reads ahead in a file (default 0: the kernel's, 128 KiB); "
+                  "1024 for a memory-mapped dataset read whole each epoch; needs root")
+      ->default_val(o.read_ahead_kb)
+      ->check(CLI::Range(0, 65536));
   cmd->add_option("--fuse-transport", o.fuse_uring,
                   "device: requests by /dev/fuse; uring: by FUSE over io_uring where the kernel "
                   "offers it (Linux 6.14+ with the fuse module's enable_uring), else device")

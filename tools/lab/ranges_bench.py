@@ -182,6 +182,7 @@ def run_epochs(a, path, *, mnt=None, source_path=None):
     for e, order in enumerate(orders):
         drop_caches()
         before = source_bytes(mnt) if mnt else 0
+        reads_before = stats(mnt)["requests"]["read"] if mnt else 0
         start = time.monotonic()
         # --ahead: every epoch published before the first (a stream queues 4 at most).
         if a.ahead:
@@ -206,6 +207,7 @@ def run_epochs(a, path, *, mnt=None, source_path=None):
             row["staged_seconds"] = watch.stop()
         if mnt:
             row["source_bytes"] = source_bytes(mnt) - before
+            row["read_requests"] = stats(mnt)["requests"]["read"] - reads_before
         rows.append(row)
     return rows
 
@@ -221,6 +223,8 @@ def run_one(a, name, dirs):
     argv = [os.path.join(a.build, "bin", "epochfs"), "mount", "--foreground", dirs["shared"],
             mnt, "--cache-dir", cache, "--cache-size", "%dM" % a.cache_mb, "--log-level",
             "warning", "--data-path", a.data_path]
+    if a.read_ahead_kb:
+        argv += ["--read-ahead", str(a.read_ahead_kb)]
     mount = Daemon(argv, mnt)
     try:
         return run_epochs(a, os.path.join(mnt, name_in), mnt=mnt,
@@ -237,16 +241,17 @@ def print_table(results, size, cache_bytes):
     bound = max(0.0, 1 - cache_bytes / size)
     print("dataset %.0f MB, cache %.0f MB: known-future bound %.2f of the file per epoch" % (
         size / 1e6, cache_bytes / 1e6, bound))
-    print("%-8s %5s %10s %8s %8s %14s" % ("run", "epoch", "samples/s", "x ideal", "x direct",
-                                           "source / file"))
+    print("%-8s %5s %10s %8s %8s %14s %6s" % ("run", "epoch", "samples/s", "x ideal",
+                                               "x direct", "source / file", "READs"))
     for name, rows in results.items():
         for r in rows:
             e = r["epoch"]
-            print("%-8s %5d %10.0f %8s %8s %14s" % (
+            print("%-8s %5d %10.0f %8s %8s %14s %6s" % (
                 name, e, r["samples_per_s"],
                 "%.2f" % (r["samples_per_s"] / ideal[e]) if e in ideal else "-",
                 "%.2f" % (r["samples_per_s"] / direct[e]) if e in direct else "-",
-                "%.2f" % (r["source_bytes"] / size) if "source_bytes" in r else "-"))
+                "%.2f" % (r["source_bytes"] / size) if "source_bytes" in r else "-",
+                r.get("read_requests", "-")))
 
 
 def main():
@@ -278,6 +283,8 @@ def main():
     ap.add_argument("--lmdb-lookups", action="store_true",
                     help="find LMDB records through py-lmdb's lookups, not the tree's pages "
                     "(what epochfs.ranges.lmdb falls back to), to compare the two")
+    ap.add_argument("--read-ahead-kb", type=int, default=0,
+                    help="the mounts' --read-ahead (KiB; 0: the kernel's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every figure to this file")
     a = ap.parse_args()
