@@ -21,6 +21,13 @@ constexpr uint64_t kNever = NextUseOracle::kNever;
 
 bool any(FileId /*id*/) { return true; }
 
+// One of files (not empty), picked at random.
+FileId any_of(const std::set<FileId>& files, std::mt19937& rng) {
+  auto it = files.begin();
+  std::advance(it, static_cast<long>(rng() % files.size()));
+  return *it;
+}
+
 // The future as a fixed trace: next_use(f) is the position of f's next access after now.
 class TraceOracle final : public NextUseOracle {
  public:
@@ -292,11 +299,7 @@ TEST_CASE("victims stay farthest first under random changes", "[next_use]") {
   std::mt19937 rng(11);
   std::set<FileId> resident;
   uint64_t next_key = 1 << 30;  // keys stay distinct: new ones count down, nearer ones too
-  const auto pick = [&] {
-    auto it = resident.begin();
-    std::advance(it, static_cast<long>(rng() % resident.size()));
-    return *it;
-  };
+  const auto pick = [&] { return any_of(resident, rng); };
   for (int step = 0; step < 20000; ++step) {
     const unsigned op = rng() % 5;
     if (op == 0 || resident.size() < 10) {
@@ -333,10 +336,6 @@ TEST_CASE("victims stay farthest first under random changes", "[next_use]") {
   }
 }
 
-}  // namespace epochfs::cachestore
-
-namespace epochfs::cachestore {
-
 // Files losing and gaining a future (each change told by a hit), inserted either way, removed
 // and pinned: an id's heap position and its place in the no-future list share one word, so
 // every move between the two must leave both right. The victim is the evictable file with no
@@ -356,11 +355,7 @@ TEST_CASE("files moving between the heap and the no-future list stay in order", 
       oracle.uses_[id] = uint64_t{rng() % 1000000} << 12 | id;  // distinct
     }
   };
-  const auto pick = [&] {
-    auto it = resident.begin();
-    std::advance(it, static_cast<long>(rng() % resident.size()));
-    return *it;
-  };
+  const auto pick = [&] { return any_of(resident, rng); };
   for (int step = 0; step < 20000; ++step) {
     const unsigned op = rng() % 4;
     if (op == 0 || resident.size() < 10) {
