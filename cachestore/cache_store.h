@@ -244,6 +244,10 @@ class CacheStore {
 
   CacheStats stats() const;
 
+  // Whether some call on the cache disk has run longer than stuck_io_s (DiskWatch); logs when
+  // it changes.
+  bool disk_hung();
+
   const std::string& path() const { return dir_->path(); }
 
   // Starts removing what dead mounts of other sources left on the cache disk (CacheDir); call
@@ -334,8 +338,6 @@ class CacheStore {
   // Forgets every ready copy (their directory is gone), counted as damaged; returns how many.
   size_t forget_ready_copies() EXCLUDES(mu_);
   bool staging_suspended();
-  // DiskWatch's verdict; logs when it changes.
-  bool disk_hung();
   void drop_locked(FileId id, bool damaged, std::vector<FileId>& out) REQUIRES(mu_);
   bool verify_copy(FileId id, int fd);
   UniqueFd open_object(const std::string& name) const;

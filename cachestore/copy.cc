@@ -80,13 +80,38 @@ ChunkBuffers& chunk_buffers() {
   return buffers;
 }
 
+// Reads want bytes of fd at offset into buf, in reads of at most kAskPiece, calling read after
+// each: on a source whose reads take a second each, a chunk's two would otherwise show no
+// progress for longer than a waiter gives a copy (EngineOptions::stuck_copy_s).
+Result<size_t> read_pieces(int fd, char* buf, size_t want, uint64_t offset, const std::string& what,
+                           const std::function<void()>& read) {
+  size_t done = 0;
+  while (done < want) {
+    const auto piece = static_cast<size_t>(std::min<uint64_t>(kAskPiece, want - done));
+    auto got = pread_full(fd, buf + done, piece, static_cast<off_t>(offset + done), what);
+    if (!got.is_ok()) {
+      return got.status();
+    }
+    done += got.value();
+    if (got.value() < piece) {
+      break;  // the file ended
+    }
+    if (read) {
+      read();
+    }
+  }
+  return done;
+}
+
 // Reads size bytes of fd from start on in 256 KiB chunks (a typical ~110 KB sample in one
-// read), hashes them with XXH3-64 and hands each chunk to sink. A read error, or the file
-// ending early (EIO), stops it; so does a sink error. read_ahead is for a source: a cached
-// copy read back is in the page cache or on local disk, where asking ahead only costs calls.
+// read), hashes them with XXH3-64 and hands each chunk to sink; read (if given) is called as
+// each piece of a chunk is read. A read error, or the file ending early (EIO), stops it; so
+// does a sink error. read_ahead is for a source: a cached copy read back is in the page cache
+// or on local disk, where asking ahead only costs calls.
 Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::string& what,
                              bool read_ahead,
-                             const std::function<Status(const char*, size_t)>& sink) {
+                             const std::function<Status(const char*, size_t)>& sink,
+                             const std::function<void()>& read = {}) {
   std::unique_ptr<char[]> buf = chunk_buffers().take();
   OnExit given([&] { chunk_buffers().give(std::move(buf)); });
   XXH3_state_t* state = XXH3_createState();
@@ -98,7 +123,7 @@ Result<uint64_t> hash_chunks(int fd, uint64_t start, uint64_t size, const std::s
   for (uint64_t off = 0; off < size && failure.is_ok();) {
     ask_ahead(fd, &asked, start + std::min(size, off + kAskAhead));
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
-    auto got = pread_full(fd, buf.get(), want, static_cast<off_t>(start + off), what);
+    auto got = read_pieces(fd, buf.get(), want, start + off, what, read);
     if (!got.is_ok() || got.value() < want) {
       failure =
           got.is_ok() ? Status::error(EIO, "read " + what + ": it ended early") : got.status();
@@ -135,8 +160,8 @@ Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
     }
     return written;
   };
-  return hash_chunks(source_fd, source_offset, staging.size(), "source", /*read_ahead=*/true,
-                     write);
+  return hash_chunks(source_fd, source_offset, staging.size(), "source", /*read_ahead=*/true, write,
+                     progress);
 }
 
 Status copy_range(int from_fd, uint64_t from_offset, Staging& staging, uint64_t to_offset,

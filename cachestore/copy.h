@@ -16,7 +16,8 @@ Result<uint64_t> hash_fd(int fd, uint64_t size);
 // Copies staging.size() bytes from source_fd, from source_offset on (a block of a large file;
 // 0 for a whole file), into staging's file and returns their XXH3-64 hash. Fails with EIO if
 // the source ends early. On failure *cache_fault says whether the cache disk (write) or the
-// source (read) failed.
+// source (read) failed. progress (if given) is called as the copy moves: at each 128 KiB read
+// from the source and each 256 KiB chunk written.
 Result<uint64_t> copy_into(int source_fd, Staging& staging, bool* cache_fault,
                            const std::function<void()>& progress = {}, uint64_t source_offset = 0);
 

@@ -341,19 +341,6 @@ void Engine::count_open(const OpenFile& file, const OpenOutcome& outcome) {
   }
 }
 
-Flights::Wait Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
-  const auto wait = flights_.wait(id, static_cast<int64_t>(options_.max_wait_s * 1e9),
-                                  static_cast<int64_t>(options_.stuck_copy_s * 1e9), stall_ns);
-  if (wait == Flights::Wait::kStuck) {
-    waits_abandoned_.fetch_add(1, kRelaxed);
-    cachestore::log(cachestore::LogLevel::kWarning,
-                    "the copy of %s has written nothing for %.0f s (cache disk or source "
-                    "stuck?): reading the source instead",
-                    escape_for_log(registry_.path_of(id)).c_str(), options_.stuck_copy_s);
-  }
-  return wait;
-}
-
 void Engine::close_file(const OpenFile& file) {
   if (file.from_cache) {
     cache_->unpin(file.id);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cachestore/copy.h"
@@ -165,6 +166,9 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
   if (!reader || !may_stage_for(id, stream, *reader, source_path)) {
     return;  // the stream is gone, or its publisher may not read the file
   }
+  // Each call into the source that returns is progress: a reader waiting for this copy gives
+  // up on it only when one call takes stuck_copy_s, not when a slow source's calls add up to it.
+  flights_.note_progress(id);
   const int64_t start = now_ns();
   // The file itself was registered with its blocks (OrderUpload::add_range).
   const FileId file_id = block ? registry_.id_of(source_path) : id;
@@ -175,6 +179,7 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
     }
     return;
   }
+  flights_.note_progress(id);
   const std::shared_ptr<const HeldFds::Held> source = std::move(opened.value());
   const FileVersion& version = source->version;
   if (block && block_version(version, block->block).size == 0) {
@@ -231,6 +236,32 @@ bool Engine::may_stage_for(FileId id, size_t stream, const Credentials& reader,
   }
   rights_checked_.confirm(id, reader.fingerprint());
   return true;
+}
+
+Flights::Wait Engine::wait_for_flight(FileId id, uint64_t* stall_ns) {
+  // Idle past stuck_copy_s, a copy is given up on if the cache disk is hung; else it waits on
+  // the source, which the reader would read no faster itself: given up on only once one call
+  // has taken as long as makes the source count as down. (A source taking 1 s a read gave a
+  // block's copy its first 256 KiB after 2 s, and each waiter read the block a second time.)
+  const auto stuck_ns = static_cast<int64_t>(options_.stuck_copy_s * 1e9);
+  const auto down_ns =
+      static_cast<int64_t>(std::max(options_.stuck_copy_s, options_.source.timeout_s) * 1e9);
+  int64_t idle_ns = 0;
+  const auto stuck = [&](int64_t idle) {
+    idle_ns = idle;
+    return idle >= down_ns || (idle >= stuck_ns && cache_->disk_hung());
+  };
+  const auto wait =
+      flights_.wait(id, static_cast<int64_t>(options_.max_wait_s * 1e9), stuck, stall_ns);
+  if (wait == Flights::Wait::kStuck) {
+    waits_abandoned_.fetch_add(1, kRelaxed);
+    cachestore::log(cachestore::LogLevel::kWarning,
+                    "the copy of %s has read and written nothing for %.0f s (cache disk or source "
+                    "stuck?): reading the source instead",
+                    escape_for_log(registry_.path_of(id)).c_str(),
+                    static_cast<double>(idle_ns) / 1e9);
+  }
+  return wait;
 }
 
 bool Engine::stage_in_background(const OpenFile& file, const std::string& rel_path) {

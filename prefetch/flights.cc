@@ -60,14 +60,15 @@ void Flights::note_progress(FileId id) {
   }
 }
 
-Flights::Wait Flights::wait(FileId id, int64_t max_wait_ns, int64_t stuck_ns, uint64_t* stall_ns) {
+Flights::Wait Flights::wait(FileId id, int64_t max_wait_ns, const Stuck& stuck,
+                            uint64_t* stall_ns) {
   const int64_t start = clock_();
   Wait result = Wait::kNoFlight;
   {
     MutexLock lock(mu_);
     for (auto it = flights_.find(id); it != flights_.end(); it = flights_.find(id)) {
       const int64_t now = clock_();
-      if (now - it->second.progress_ns >= stuck_ns) {
+      if (stuck(now - it->second.progress_ns)) {
         result = Wait::kStuck;
         break;
       }

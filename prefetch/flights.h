@@ -7,9 +7,10 @@
 // (which then skips itself: a reader must not wait behind queued prefetches), or is told to
 // wait for the copy already running. A flight's owner ends it on every way out.
 //
-// A waiter gives up on a copy that has made no progress for `stuck` (a hung cache disk or
-// source, or a copy queued behind stuck ones) and reads the source itself; copies stuck since
-// long ago are given up on at once, so a hung disk costs a trainer one wait, not one per file.
+// A waiter gives up on a copy that the caller's `stuck` judges stuck by how long it has made no
+// progress (a hung cache disk or source, or a copy queued behind stuck ones) and reads the
+// source itself; copies stuck since long ago are given up on at once, so a hung disk costs a
+// trainer one wait, not one per file.
 //
 // Waiters sleep on one of kStripes condition variables, chosen by file id: a flight's end
 // wakes the readers of its stripe, not every reader waiting on any copy (with one variable,
@@ -63,19 +64,23 @@ class Flights {
   bool has(cachestore::FileId id);
   std::vector<bool> has_each(const std::vector<cachestore::FileId>& ids);
 
-  // id's copy wrote another chunk: it is not stuck.
+  // id's copy read or wrote another piece: it is not stuck.
   void note_progress(cachestore::FileId id);
 
   enum class Wait {
     kNoFlight,   // none was in flight
     kEnded,      // the flight ended
-    kStuck,      // the copy made no progress for `stuck`: given up on
+    kStuck,      // the copy made no progress for as long as `stuck` allows: given up on
     kTimedOut,   // waited max_wait
     kCancelled,  // the request waiting was interrupted (its reader killed): prefetch/cancel.h
   };
+  // Whether a copy that has made no progress for idle_ns is stuck. Called with the lock held:
+  // it must take no lock of its own that is ever held around a call into Flights.
+  using Stuck = std::function<bool(int64_t idle_ns)>;
+
   // Waits for id's flight to end; adds the time waited to *stall_ns. A waiter looks at its
   // request's Cancel every poll.
-  Wait wait(cachestore::FileId id, int64_t max_wait_ns, int64_t stuck_ns, uint64_t* stall_ns);
+  Wait wait(cachestore::FileId id, int64_t max_wait_ns, const Stuck& stuck, uint64_t* stall_ns);
 
   // Prefetch flights queued or running (the planner's slots). One a reader took over counts
   // until its job leaves the queue: slots bound the prefetch jobs queued, live or not, so they
@@ -87,7 +92,7 @@ class Flights {
     bool prefetch = false;  // a prefetch copy (counted against the planner's slots)
     bool started = false;   // its copy is running; before that a reader may take it over
     uint64_t gen = 0;
-    int64_t progress_ns = 0;  // when it was made, started, or last wrote a chunk
+    int64_t progress_ns = 0;  // when it was made, started, or last read or wrote a piece
   };
 
   static constexpr size_t kStripes = 64;

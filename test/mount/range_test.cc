@@ -499,10 +499,14 @@ TEST_CASE("a file read by blocks with none cached is read from the source and th
 TEST_CASE("a read of a block whose copy is under way waits for that copy, counted",
           "[mount][ranges]") {
   // Each source read takes 300 ms, opens none: the copy's reads are still running when the
-  // reader's open is done and its first READ comes.
+  // reader's open is done and its first READ comes. At 1.1 s a read, a copy's first 256 KiB
+  // chunk (two reads) takes longer than the 2 s after which a waiter gives up on a copy that
+  // shows no progress: its reads must count as progress.
+  const double latency_ms = GENERATE(300.0, 1100.0);
+  INFO("source read latency " << latency_ms << " ms");
   TempDir dir;
   const std::string bytes = make_big_file(dir / "src/data.bin", 2 * kBlock, 21);
-  SlowSource slow(dir / "src", dir / "slow", 300, 64, {"--open-latency-ms", "0"});
+  SlowSource slow(dir / "src", dir / "slow", latency_ms, 64, {"--open-latency-ms", "0"});
   Mount mount(slow.path(), dir / "mnt");
   const std::vector<Sample> samples = {{1000, 4096}};
   REQUIRE(publish(mount, range_order(samples, "data.bin")) == 0);

@@ -14,6 +14,11 @@ namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
+// The rule a waiter gave before the engine judged stuck copies itself: idle for limit_ns.
+Flights::Stuck idle_for(int64_t limit_ns) {
+  return [limit_ns](int64_t idle_ns) { return idle_ns >= limit_ns; };
+}
+
 // A clock that moves only when told to, or by `step` at every reading.
 struct FakeClock {
   std::atomic<int64_t> now{kSecond};
@@ -65,7 +70,7 @@ TEST_CASE("a wait for a file with no flight returns at once", "[flights]") {
   FakeClock t;
   Flights f(t.clock(), std::chrono::milliseconds(1));
   uint64_t stall = 0;
-  CHECK(f.wait(1, kSecond, kSecond, &stall) == Flights::Wait::kNoFlight);
+  CHECK(f.wait(1, kSecond, idle_for(kSecond), &stall) == Flights::Wait::kNoFlight);
   CHECK(stall == 0);
 }
 
@@ -75,12 +80,12 @@ TEST_CASE("a waiter gives up on a copy that has made no progress", "[flights]") 
   REQUIRE(f.claim(1) == Flights::Claim::kOwned);
   t.now += 3 * kSecond;  // nothing written since the claim
   uint64_t stall = 0;
-  CHECK(f.wait(1, 10 * kSecond, 2 * kSecond, &stall) == Flights::Wait::kStuck);
+  CHECK(f.wait(1, 10 * kSecond, idle_for(2 * kSecond), &stall) == Flights::Wait::kStuck);
   CHECK(stall == 0);
   SECTION("progress keeps it alive until the wait's own limit") {
     t.step = kSecond / 2;  // every reading of the clock: half a second later
     f.note_progress(1);
-    CHECK(f.wait(1, 1 * kSecond, 2 * kSecond, &stall) == Flights::Wait::kTimedOut);
+    CHECK(f.wait(1, 1 * kSecond, idle_for(2 * kSecond), &stall) == Flights::Wait::kTimedOut);
     CHECK(stall >= static_cast<uint64_t>(kSecond));
   }
 }
@@ -102,7 +107,7 @@ TEST_CASE("a waiter wakes when the flight ends", "[flights]") {
     f.end(1);
   });
   uint64_t stall = 0;
-  const auto wait = f.wait(1, 3600 * kSecond, 3600 * kSecond, &stall);
+  const auto wait = f.wait(1, 3600 * kSecond, idle_for(3600 * kSecond), &stall);
   owner.join();
   CHECK(wait == Flights::Wait::kEnded);
 }
@@ -117,7 +122,7 @@ TEST_CASE("a waiter whose reader is killed stops waiting within a poll", "[fligh
   Cancel::Scope scope(&cancel);
   std::thread killer([&] { cancel.cancel(&request); });
   uint64_t stall = 0;
-  const auto wait = f.wait(1, 3600 * kSecond, 3600 * kSecond, &stall);
+  const auto wait = f.wait(1, 3600 * kSecond, idle_for(3600 * kSecond), &stall);
   killer.join();
   CHECK(wait == Flights::Wait::kCancelled);
 }
