@@ -81,8 +81,8 @@ ChunkBuffers& chunk_buffers() {
 }
 
 // Reads want bytes of fd at offset into buf, in reads of at most kAskPiece, calling read after
-// each: on a source whose reads take a second each, a chunk's two would otherwise show no
-// progress for longer than a waiter gives a copy (EngineOptions::stuck_copy_s).
+// each: a waiter judges a copy by its longest call into the source, and on a source whose
+// reads take a second each a chunk's two would otherwise count as one call of two seconds.
 Result<size_t> read_pieces(int fd, char* buf, size_t want, uint64_t offset, const std::string& what,
                            const std::function<void()>& read) {
   size_t done = 0;

@@ -76,8 +76,9 @@ struct EngineOptions {
   // How far ahead of each stream's cursor to stage (--lookahead).
   Lookahead lookahead;
   // A reader waits at most this long for a copy in flight before reading the source itself,
-  // and gives up sooner on a copy that has neither read nor written for stuck_copy_s (a hung
-  // cache disk, a hung source): waiting on it would stall the trainer for nothing.
+  // and gives up sooner on a copy that has neither read nor written for stuck_copy_s with the
+  // cache disk hung, or for source.timeout_s in a call to the source (Engine::wait_for_flight):
+  // waiting on it would stall the trainer for nothing.
   double max_wait_s = 30;
   double stuck_copy_s = 2;
   // A shuffle file outside the mount, published again at each new version (--shuffle-file).

@@ -167,7 +167,8 @@ void Engine::prefetch_copy(FileId id, size_t stream, const std::string& rel_path
     return;  // the stream is gone, or its publisher may not read the file
   }
   // Each call into the source that returns is progress: a reader waiting for this copy gives
-  // up on it only when one call takes stuck_copy_s, not when a slow source's calls add up to it.
+  // up on it when one call takes the source's timeout, not when a slow source's calls add up
+  // to it (wait_for_flight).
   flights_.note_progress(id);
   const int64_t start = now_ns();
   // The file itself was registered with its blocks (OrderUpload::add_range).

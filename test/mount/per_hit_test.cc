@@ -133,10 +133,6 @@ TEST_CASE("an open of a cached file costs OPEN, IOCTL, RELEASE and one LOOKUP or
   CHECK(grew["read"] <= 2 * kFiles);
 }
 
-}  // namespace epochfs::test
-
-namespace epochfs::test {
-
 // A memory-mapped dataset is read a window per page fault: the window decides its READs.
 TEST_CASE("a file is read in windows of --read-ahead KiB, the kernel's unless told",
           "[mount][per_hit]") {
