@@ -7,7 +7,6 @@
 #include <string>
 
 #include "cachestore/log.h"
-#include "cachestore/mount_info.h"
 #include "cachestore/status.h"
 #include "cachestore/unique_fd.h"
 
@@ -15,10 +14,9 @@ namespace epochfs::fusefs {
 
 using cachestore::LogLevel;
 
-KernelReadahead::KernelReadahead(const std::string& mountpoint, unsigned kb) : kb_(kb) {
-  const auto entry = kb > 0 ? cachestore::mount_at(mountpoint) : std::nullopt;
-  if (entry) {
-    path_ = "/sys/class/bdi/" + entry->devno + "/read_ahead_kb";
+KernelReadahead::KernelReadahead(const std::string& devno, unsigned kb) : kb_(kb) {
+  if (kb > 0 && !devno.empty()) {
+    path_ = "/sys/class/bdi/" + devno + "/read_ahead_kb";
   }
 }
 

@@ -18,8 +18,9 @@ namespace epochfs::fusefs {
 
 class KernelReadahead {
  public:
-  // At mount, once mountpoint is mounted; kb 0 leaves the kernel's window.
-  KernelReadahead(const std::string& mountpoint, unsigned kb);
+  // devno: the mount's device ("major:minor", KernelTeardown::devno); kb 0 leaves the kernel's
+  // window, as does an empty devno.
+  KernelReadahead(const std::string& devno, unsigned kb);
 
   // Writes the window; logs what came of it. Once, after INIT.
   void set() const;

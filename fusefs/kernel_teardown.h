@@ -28,6 +28,9 @@ class KernelTeardown {
   // most max_wait. The seconds waited, or -1 if there was nothing to wait for.
   double wait(std::chrono::milliseconds max_wait = kMaxWait) const;
 
+  // The mount's device ("major:minor") as the mount table gave it at mount; empty if none.
+  const std::string& devno() const { return devno_; }
+
  private:
   std::string devno_;
   std::string bdi_;  // the sysfs entry; empty: nothing to watch

@@ -348,7 +348,7 @@ int run_mount(const MountOptions& options) {
     return 1;
   }
   const KernelTeardown teardown(o.mountpoint);
-  const KernelReadahead readahead(o.mountpoint, o.read_ahead_kb);
+  const KernelReadahead readahead(teardown.devno(), o.read_ahead_kb);
   if (o.read_ahead_kb > 0) {
     fs.set_after_init([&readahead] { readahead.set(); });
   }
